@@ -1,0 +1,3 @@
+from collapse_doctor.cli import main
+
+main()

@@ -1,0 +1,296 @@
+"""GRPO and GDPO advantages as pure functions on torch tensors.
+
+Rows are sampled completions; ``rewards`` is ``[N, C]`` (one column per reward channel, NaN where a
+reward does not apply); ``group_index`` is ``[N]`` with dense integer group ids ``0..G-1``; the
+optional ``step_index`` is ``[N]`` with dense step ids and delimits the "batch" of batch-level
+normalisation (one training step). Rows may come in any order and groups may have any size: every
+group statistic is a segment reduction (``scatter_add``) over ``group_index``, never a Python loop
+over groups and never a ``view(-1, G)`` reshape.
+
+Conventions (see docs/input-formats.md, "Advantage conventions"):
+
+``trl``
+    TRL's ``GRPOTrainer``: ``std`` with ddof=1, ``+1e-4`` on the std, NaN rewards ignored
+    (``nansum`` over channels, ``nanmean``/``nanstd`` per channel), groups of one give 0.
+``verl``
+    verl's ``compute_grpo_outcome_advantage``: ``+1e-6``; a group of one has mean 0 and std 1.
+``paper``
+    No epsilon; a group (or batch) whose std is 0 gives advantage 0.
+
+In every convention a row whose rewards are all NaN gets advantage 0 and is left out of the group
+and batch baselines, and a group whose values are all equal gets advantages of exactly 0.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal, get_args
+
+import torch
+from torch import Tensor
+
+from collapse_doctor.errors import DeviceError, UsageError
+
+Convention = Literal["trl", "verl", "paper"]
+Scale = Literal["group", "batch", "none"]
+CONVENTIONS: tuple[str, ...] = get_args(Convention)
+SCALES: tuple[str, ...] = get_args(Scale)
+
+_EPS: dict[str, float] = {"trl": 1e-4, "verl": 1e-6, "paper": 0.0}
+
+
+@dataclass(frozen=True)
+class AdvantageResult:
+    """Advantages of one batch of rows, all ``[N]`` except ``zscores`` (``[N, C]``)."""
+
+    grpo: Tensor
+    """GRPO (``sum_then_normalize``) advantages."""
+    gdpo: Tensor
+    """GDPO (``normalize_then_sum``) advantages."""
+    zscores: Tensor
+    """Per-channel group z-scores (NaN where the reward is NaN)."""
+
+
+def resolve_device(device: str = "auto") -> torch.device:
+    """Turn ``auto``/``cpu``/``cuda``/``cuda:N`` into a device, checking that it exists.
+
+    >>> resolve_device("cpu")
+    device(type='cpu')
+    """
+    name = device.strip().lower()
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cpu":
+        return torch.device("cpu")
+    if name.startswith("cuda"):
+        if not torch.cuda.is_available():
+            raise DeviceError(
+                f"--device {device}: CUDA is not available on this machine", hint="use --device cpu or auto"
+            )
+        return torch.device(name)
+    raise UsageError(f"--device {device!r} is not one of auto, cpu, cuda", hint="use --device auto")
+
+
+def _check_option(value: str, allowed: tuple[str, ...], option: str) -> None:
+    if value not in allowed:
+        raise UsageError(f"{option} {value!r} is not one of {', '.join(allowed)}")
+
+
+def centered_segments(
+    values: Tensor, index: Tensor, num_segments: int, *, accumulate: torch.dtype | None = None
+) -> tuple[Tensor, Tensor, Tensor]:
+    """Deviation of each value from its segment's mean, plus each segment's count and std (ddof=1).
+
+    NaN values are ignored (their deviation is NaN). Each segment is first shifted by its largest
+    value, so a segment of equal values has deviations and std of exactly 0, and large offsets
+    do not eat float32 precision. ``std`` is NaN for segments with fewer than two values.
+
+    >>> dev, count, std = centered_segments(torch.tensor([1.0, 3.0, 5.0, 5.0]), torch.tensor([0, 0, 1, 1]), 2)
+    >>> dev.tolist(), count.tolist(), std.tolist()
+    ([-1.0, 1.0, 0.0, 0.0], [2.0, 2.0], [1.4142135381698608, 0.0])
+    """
+    dtype = accumulate or values.dtype
+    valid = ~torch.isnan(values)
+    neg_inf = torch.full((num_segments,), float("-inf"), dtype=values.dtype, device=values.device)
+    shift = neg_inf.scatter_reduce(
+        0, index, torch.where(valid, values, float("-inf")), reduce="amax", include_self=True
+    )
+    shift = torch.where(torch.isfinite(shift), shift, torch.zeros_like(shift))
+    shifted = torch.where(valid, values - shift[index], torch.zeros_like(values)).to(dtype)
+    zeros = torch.zeros(num_segments, dtype=dtype, device=values.device)
+    count = zeros.scatter_add(0, index, valid.to(dtype))
+    mean = zeros.scatter_add(0, index, shifted) / count
+    deviation = torch.where(valid, shifted - mean[index], torch.full_like(shifted, float("nan")))
+    squares = zeros.scatter_add(
+        0, index, torch.where(valid, deviation * deviation, torch.zeros_like(shifted))
+    )
+    std = torch.where(count >= 2, (squares / (count - 1)).sqrt(), torch.full_like(count, float("nan")))
+    return deviation.to(values.dtype), count, std.to(values.dtype)
+
+
+def _normalize(
+    values: Tensor,
+    index: Tensor,
+    num_segments: int,
+    convention: str,
+    *,
+    scale_by: tuple[Tensor, Tensor] | None = None,
+    divide: bool = True,
+    accumulate: torch.dtype | None = None,
+) -> Tensor:
+    """Z-score ``values`` within segments under ``convention``; NaN values map to NaN.
+
+    ``scale_by`` = (std per row, count per row) replaces the segment's own std (batch scaling).
+    """
+    deviation, count, std = centered_segments(values, index, num_segments, accumulate=accumulate)
+    if not divide:
+        return deviation
+    if scale_by is None:
+        row_std, row_count = std[index], count[index]
+    else:
+        row_std, row_count = scale_by
+    eps = _EPS[convention]
+    if convention == "verl":
+        # verl: a group of one has mean 0 and std 1, so its advantage is the raw value.
+        single = row_count == 1
+        deviation = torch.where(single, values, deviation)
+        row_std = torch.where(single, torch.ones_like(row_std), row_std)
+    # A std that is undefined (one value) or zero carries no ranking signal: the deviation is 0 there.
+    denominator = torch.nan_to_num(row_std, nan=0.0) + eps
+    safe = torch.where(denominator > 0, denominator, torch.ones_like(denominator))
+    return torch.where(denominator > 0, deviation / safe, torch.zeros_like(deviation))
+
+
+def _prepare(
+    rewards: Tensor, group_index: Tensor, weights: Tensor | None, step_index: Tensor | None
+) -> tuple[Tensor, Tensor, Tensor, Tensor, int, int]:
+    if rewards.ndim == 1:
+        rewards = rewards[:, None]
+    if rewards.ndim != 2:
+        raise ValueError(f"rewards must be [N, C], got shape {tuple(rewards.shape)}")
+    if not rewards.is_floating_point():
+        rewards = rewards.float()
+    device = rewards.device
+    n, c = rewards.shape
+    group_index = group_index.to(device=device, dtype=torch.int64)
+    if weights is None:
+        weights = torch.ones(c, dtype=rewards.dtype, device=device)
+    weights = torch.as_tensor(weights, dtype=rewards.dtype, device=device).reshape(-1)
+    if weights.numel() != c:
+        raise ValueError(f"{weights.numel()} weights for {c} reward channels")
+    if step_index is None:
+        step_index = torch.zeros(n, dtype=torch.int64, device=device)
+    step_index = step_index.to(device=device, dtype=torch.int64)
+    num_groups = int(group_index.max()) + 1 if n else 0
+    num_steps = int(step_index.max()) + 1 if n else 0
+    return rewards, group_index, weights, step_index, num_groups, num_steps
+
+
+def _weighted_nansum(values: Tensor, weights: Tensor) -> Tensor:
+    """Row sums of ``weights * values`` ignoring NaN; NaN where the whole row is NaN."""
+    all_nan = torch.isnan(values).all(dim=1)
+    total = (values * weights).nansum(dim=1)
+    return torch.where(all_nan, torch.full_like(total, float("nan")), total)
+
+
+def grpo_advantages(
+    rewards: Tensor,
+    group_index: Tensor,
+    *,
+    weights: Tensor | None = None,
+    step_index: Tensor | None = None,
+    scale: Scale = "group",
+    convention: Convention = "trl",
+) -> Tensor:
+    """GRPO (``sum_then_normalize``): weighted sum of channels, then a z-score within each group.
+
+    ``scale="batch"`` divides by the std of the summed rewards over the step instead of the group's,
+    ``scale="none"`` only subtracts the group mean.
+
+    >>> r = torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0], [0.0, 0.0]])
+    >>> [round(a, 4) for a in grpo_advantages(r, torch.tensor([0, 0, 0, 0])).tolist()]
+    [0.0, 0.0, 1.2246, -1.2246]
+    """
+    _check_option(scale, SCALES, "--scale")
+    _check_option(convention, CONVENTIONS, "--convention")
+    rewards, group_index, weights, step_index, num_groups, num_steps = _prepare(
+        rewards, group_index, weights, step_index
+    )
+    total = _weighted_nansum(rewards, weights)
+    if scale == "group":
+        adv = _normalize(total, group_index, num_groups, convention)
+    elif scale == "none":
+        adv = _normalize(total, group_index, num_groups, convention, divide=False)
+    else:
+        _, step_count, step_std = centered_segments(total, step_index, num_steps, accumulate=torch.float64)
+        adv = _normalize(
+            total,
+            group_index,
+            num_groups,
+            convention,
+            scale_by=(step_std[step_index], step_count[step_index]),
+        )
+    return torch.nan_to_num(adv, nan=0.0)
+
+
+def group_zscores(rewards: Tensor, group_index: Tensor, *, convention: Convention = "trl") -> Tensor:
+    """Per-channel z-scores within each group, ``[N, C]``; NaN where the reward is NaN.
+
+    A channel that is constant within a group scores exactly 0 there.
+
+    >>> z = group_zscores(torch.tensor([[1.0, 5.0], [0.0, 5.0]]), torch.tensor([0, 0]))
+    >>> z.double().round(decimals=4).tolist()
+    [[0.707, 0.0], [-0.707, 0.0]]
+    """
+    _check_option(convention, CONVENTIONS, "--convention")
+    rewards, group_index, _, _, num_groups, _ = _prepare(rewards, group_index, None, None)
+    # Column by column: 1-D scatters stay fast when rows are shuffled, a [N, C] scatter does not.
+    columns = [
+        _normalize(rewards[:, k].contiguous(), group_index, num_groups, convention)
+        for k in range(rewards.shape[1])
+    ]
+    return torch.stack(columns, dim=1) if columns else rewards.clone()
+
+
+def gdpo_advantages(
+    rewards: Tensor,
+    group_index: Tensor,
+    *,
+    weights: Tensor | None = None,
+    step_index: Tensor | None = None,
+    convention: Convention = "trl",
+    zscores: Tensor | None = None,
+) -> Tensor:
+    """GDPO (``normalize_then_sum``): per-channel group z-scores, weighted sum, batch z-score per step.
+
+    Pass ``zscores`` (from :func:`group_zscores`) to avoid computing them twice.
+
+    >>> r = torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0], [0.0, 0.0]])
+    >>> [round(a, 4) for a in gdpo_advantages(r, torch.tensor([0, 0, 0, 0])).tolist()]
+    [0.0, 0.0, 1.2247, -1.2247]
+    """
+    _check_option(convention, CONVENTIONS, "--convention")
+    rewards, group_index, weights, step_index, _, num_steps = _prepare(
+        rewards, group_index, weights, step_index
+    )
+    if zscores is None:
+        zscores = group_zscores(rewards, group_index, convention=convention)
+    all_nan = torch.isnan(rewards).all(dim=1)
+    fused = (zscores * weights).nansum(dim=1)
+    fused = torch.where(all_nan, torch.full_like(fused, float("nan")), fused)
+    adv = _normalize(fused, step_index, num_steps, convention, accumulate=torch.float64)
+    return torch.nan_to_num(adv, nan=0.0)
+
+
+def compute_advantages(
+    rewards: Tensor,
+    group_index: Tensor,
+    *,
+    weights: Tensor | None = None,
+    step_index: Tensor | None = None,
+    scale: Scale = "group",
+    convention: Convention = "trl",
+) -> AdvantageResult:
+    """GRPO and GDPO advantages and per-channel z-scores in one call.
+
+    >>> res = compute_advantages(torch.tensor([[1.0], [0.0], [3.0], [3.0]]), torch.tensor([0, 0, 1, 1]))
+    >>> res.grpo.double().round(decimals=4).tolist(), res.gdpo.double().round(decimals=4).tolist()
+    ([0.707, -0.707, 0.0, 0.0], [1.2245, -1.2245, 0.0, 0.0])
+    """
+    zscores = group_zscores(rewards, group_index, convention=convention)
+    grpo = grpo_advantages(
+        rewards, group_index, weights=weights, step_index=step_index, scale=scale, convention=convention
+    )
+    gdpo = gdpo_advantages(
+        rewards, group_index, weights=weights, step_index=step_index, convention=convention, zscores=zscores
+    )
+    return AdvantageResult(grpo=grpo, gdpo=gdpo, zscores=zscores)
+
+
+def group_zscore_bound(group_size: int) -> float:
+    """Largest |z| a group z-score (ddof=1) can reach in a group of ``group_size``: (n-1)/sqrt(n).
+
+    >>> round(group_zscore_bound(8), 4)
+    2.4749
+    """
+    return (group_size - 1) / group_size**0.5 if group_size > 0 else 0.0

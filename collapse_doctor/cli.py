@@ -1,0 +1,223 @@
+"""The ``collapse-doctor`` command line: parse options, call one library function, render, exit.
+
+Heavy modules (torch, pyarrow) are imported inside the commands so that ``--help`` stays fast.
+Exit codes: 0 success, 1 findings at or above ``--fail-on`` (scan), 2 usage, input or internal error.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from collapse_doctor import __version__
+from collapse_doctor.errors import CollapseDoctorError
+
+app = typer.Typer(
+    name="collapse-doctor",
+    help="Find advantage and reward collapse in multi-reward GRPO fine-tuning, and fix it.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+)
+
+EXIT_OK, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
+
+DebugOption = Annotated[bool, typer.Option("--debug", help="Show the full traceback on errors.")]
+StepColOption = Annotated[str | None, typer.Option("--step-col", help="Column holding the training step.")]
+GroupColOption = Annotated[
+    str | None, typer.Option("--group-col", help="Column holding the group (prompt) id within a step.")
+]
+RewardColsOption = Annotated[
+    str | None, typer.Option("--reward-cols", help="Comma-separated reward columns (default: discovered).")
+]
+GroupSizeOption = Annotated[
+    int | None,
+    typer.Option("--group-size", min=1, help="Rebuild groups as consecutive blocks of N rollouts per step."),
+]
+WeightsOption = Annotated[
+    str | None, typer.Option("--weights", help="Channel weights, e.g. format=1,correct=0.5 (default 1.0).")
+]
+DeviceOption = Annotated[str, typer.Option("--device", help="auto, cpu or cuda.")]
+
+
+def _err(message: str) -> None:
+    typer.echo(message, err=True)
+
+
+@contextmanager
+def user_errors(debug: bool) -> Iterator[None]:
+    """Turn library errors into one line on stderr and exit code 2 (a traceback only with --debug)."""
+    debug = debug or os.environ.get("COLLAPSE_DOCTOR_DEBUG") == "1"
+    try:
+        yield
+    except CollapseDoctorError as exc:
+        if debug:
+            raise
+        _err(f"error: {exc.one_line()}")
+        raise typer.Exit(EXIT_ERROR) from None
+    except (typer.Exit, typer.Abort, KeyboardInterrupt):
+        raise
+    except Exception as exc:
+        if debug:
+            raise
+        detail = " ".join(str(exc).split()) or type(exc).__name__
+        _err(f"error: internal error: {type(exc).__name__}: {detail} (rerun with --debug for the traceback)")
+        raise typer.Exit(EXIT_ERROR) from None
+
+
+class DelayedProgress:
+    """A progress bar on stderr that appears only on a terminal and only after ``delay`` seconds."""
+
+    def __init__(self, description: str, *, delay: float = 1.0) -> None:
+        self._description = description
+        self._delay = delay
+        self._started = time.monotonic()
+        self._progress: Any = None
+        self._task: Any = None
+        self._enabled = sys.stderr.isatty() and not os.environ.get("CI")
+
+    def __call__(self, done: int, total: int) -> None:
+        if not self._enabled:
+            return
+        if self._progress is None:
+            if time.monotonic() - self._started < self._delay:
+                return
+            from rich.console import Console
+            from rich.progress import Progress
+
+            self._progress = Progress(console=Console(stderr=True), transient=True)
+            self._progress.start()
+            self._task = self._progress.add_task(self._description, total=total)
+        self._progress.update(self._task, completed=done, total=total)
+
+    def close(self) -> None:
+        if self._progress is not None:
+            self._progress.stop()
+
+
+def _split(text: str | None) -> list[str] | None:
+    if not text:
+        return None
+    return [part.strip() for part in text.split(",") if part.strip()]
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"collapse-doctor {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="Show the version and exit.")
+    ] = False,
+) -> None:
+    """Find advantage and reward collapse in multi-reward GRPO fine-tuning, and fix it."""
+
+
+@app.command()
+def advantages(
+    paths: Annotated[list[str], typer.Argument(help="Parquet file(s), directories or globs of one run.")],
+    output: Annotated[Path, typer.Option("-o", "--output", help="Output Parquet file.")],
+    convention: Annotated[str, typer.Option("--convention", help="trl, verl or paper.")] = "trl",
+    scale: Annotated[str, typer.Option("--scale", help="GRPO scaling: group, batch or none.")] = "group",
+    weights: WeightsOption = None,
+    device: DeviceOption = "auto",
+    step_col: StepColOption = None,
+    group_col: GroupColOption = None,
+    reward_cols: RewardColsOption = None,
+    group_size: GroupSizeOption = None,
+    debug: DebugOption = False,
+) -> None:
+    """Recompute GRPO and GDPO advantages of every rollout and write them to a Parquet file.
+
+    The output has the input rows in input order: step, group_id, any prompt/completion/advantage
+    columns, reward/<channel>, adv/grpo, adv/gdpo and adv/<channel> (per-channel group z-scores).
+    """
+    with user_errors(debug):
+        from collapse_doctor.export import export_advantages
+        from collapse_doctor.schema import parse_weights
+
+        progress = DelayedProgress("recomputing advantages")
+        try:
+            summary = export_advantages(
+                paths,
+                output,
+                convention=convention,
+                scale=scale,
+                weights=parse_weights(weights),
+                device=device,
+                step_col=step_col,
+                group_col=group_col,
+                reward_cols=_split(reward_cols),
+                group_size=group_size,
+                on_progress=progress,
+            )
+        finally:
+            progress.close()
+        for warning in summary.warnings:
+            _err(f"warning: {warning}")
+        channels = ", ".join(f"{c} (w={summary.weights[c]:g})" for c in summary.channels)
+        typer.echo(
+            f"wrote {summary.output}: {summary.rows:,} rows, {summary.steps:,} steps; channels {channels}; "
+            f"convention {summary.convention}, scale {summary.scale}, device {summary.device}, "
+            f"{summary.seconds:.1f} s"
+        )
+
+
+@app.command()
+def simulate(
+    scenario: Annotated[str, typer.Argument(help="Scenario name (see the list below).")],
+    output: Annotated[Path, typer.Option("-o", "--output", help="Output Parquet file.")],
+    steps: Annotated[int, typer.Option("--steps", min=1, help="Training steps.")] = 400,
+    groups: Annotated[int, typer.Option("--groups", min=1, help="Prompts (groups) per step.")] = 64,
+    group_size: Annotated[int, typer.Option("--group-size", min=1, help="Completions per prompt.")] = 8,
+    seed: Annotated[int, typer.Option("--seed", help="Random seed.")] = 0,
+    onset_step: Annotated[
+        int | None, typer.Option("--onset-step", help="Step where the scenario's failure starts.")
+    ] = None,
+    debug: DebugOption = False,
+) -> None:
+    """Write a synthetic multi-reward run with known ground truth (in the file's metadata).
+
+    Scenarios: healthy, single-reward, saturating-format, tied-sums, collinear, outlier-groups.
+    """
+    with user_errors(debug):
+        from collapse_doctor.simulate import write_simulation
+
+        started = time.perf_counter()
+        summary = write_simulation(
+            output,
+            scenario,
+            steps=steps,
+            groups=groups,
+            group_size=group_size,
+            seed=seed,
+            onset_step=onset_step,
+        )
+        truth = summary.ground_truth
+        onset = truth.get("onset_step")
+        affected = ", ".join(truth.get("affected_channels") or []) or "none"
+        typer.echo(
+            f"wrote {summary.path}: scenario {scenario}, {summary.rows:,} rows, {summary.steps} steps, "
+            f"channels {', '.join(summary.channels)}; ground truth: onset step {onset}, affected {affected}; "
+            f"{time.perf_counter() - started:.1f} s"
+        )
+
+
+def main(argv: list[str] | None = None) -> Callable[..., Any] | None:
+    """Console-script entry point."""
+    return app(args=argv)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

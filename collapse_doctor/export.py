@@ -1,0 +1,260 @@
+"""``collapse-doctor advantages``: recompute GRPO/GDPO advantages of every rollout and write them out.
+
+Steps stream in from the reader; several small steps are computed together (one engine call per
+~1M rows, with a step index so batch statistics stay per step), and rows are written back in input
+order through :class:`OrderedParquetWriter`, which only buffers rows that arrive ahead of their turn.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from collapse_doctor.advantages import CONVENTIONS, SCALES, compute_advantages, resolve_device
+from collapse_doctor.errors import SchemaError, UsageError
+from collapse_doctor.io.atomic import atomic_path
+from collapse_doctor.io.parquet import ParquetRun
+from collapse_doctor.schema import (
+    ADVANTAGE,
+    GROUND_TRUTH_METADATA_KEY,
+    GROUP_ID,
+    STEP,
+    WEIGHTS_METADATA_KEY,
+    RolloutBatch,
+    channel_column,
+)
+
+CHUNK_ROWS = 1 << 20
+ADVANTAGES_METADATA_KEY = "collapse_doctor.advantages"
+ProgressCallback = Callable[[int, int], None]
+
+
+@dataclass(frozen=True)
+class ExportSummary:
+    """What :func:`export_advantages` wrote."""
+
+    output: Path
+    rows: int
+    steps: int
+    channels: tuple[str, ...]
+    weights: dict[str, float]
+    convention: str
+    scale: str
+    device: str
+    warnings: tuple[str, ...]
+    seconds: float
+
+
+def chunk_steps(batches: Iterable[RolloutBatch], max_rows: int = CHUNK_ROWS) -> Iterator[list[RolloutBatch]]:
+    """Group consecutive steps into lists of about ``max_rows`` rows (a large step stays whole)."""
+    chunk: list[RolloutBatch] = []
+    rows = 0
+    for batch in batches:
+        if chunk and rows + batch.num_rows > max_rows:
+            yield chunk
+            chunk, rows = [], 0
+        chunk.append(batch)
+        rows += batch.num_rows
+    if chunk:
+        yield chunk
+
+
+class OrderedParquetWriter:
+    """Write row chunks that arrive out of order as one Parquet file in row-id order.
+
+    Chunks carry the global row ids of their rows; a row is written once every row before it has
+    arrived, so sorted input streams straight through and shuffled input buffers only the rows
+    that came early.
+    """
+
+    def __init__(self, path: Path, schema: pa.Schema) -> None:
+        self._writer = pq.ParquetWriter(path, schema, compression="zstd")
+        self.schema = schema
+        self._next = 0
+        self._ids: list[np.ndarray] = []
+        self._tables: list[pa.Table] = []
+
+    def write(self, row_ids: np.ndarray, table: pa.Table) -> None:
+        self._ids.append(row_ids)
+        self._tables.append(table)
+        self._flush()
+
+    def _flush(self) -> None:
+        ids = np.concatenate(self._ids)
+        table = pa.concat_tables(self._tables) if len(self._tables) > 1 else self._tables[0]
+        if (
+            len(ids)
+            and ids[0] == self._next
+            and np.array_equal(ids, np.arange(self._next, self._next + len(ids)))
+        ):
+            ready, keep = len(ids), np.empty(0, dtype=np.int64)
+            out = table
+        else:
+            order = np.argsort(ids, kind="stable")
+            ids = ids[order]
+            gaps = np.flatnonzero(ids != self._next + np.arange(len(ids)))
+            ready = int(gaps[0]) if len(gaps) else len(ids)
+            out = table.take(pa.array(order[:ready]))
+            keep = order[ready:]
+        if ready:
+            self._writer.write_table(out.cast(self.schema))
+            self._next += ready
+        if len(keep):
+            self._tables = [table.take(pa.array(keep))]
+            self._ids = [np.concatenate(self._ids)[keep] if len(self._ids) > 1 else self._ids[0][keep]]
+        else:
+            self._tables, self._ids = [], []
+
+    def close(self) -> int:
+        self._writer.close()
+        if self._ids:
+            raise RuntimeError("rows are missing from the output: the reader skipped some row ids")
+        return self._next
+
+    def abort(self) -> None:
+        self._writer.close()
+
+
+def _output_schema(run: ParquetRun, first: RolloutBatch) -> pa.Schema:
+    fields = [pa.field(STEP, pa.int64()), pa.field(GROUP_ID, first.group_keys.type)]
+    if first.extra is not None:
+        fields += list(first.extra.schema)
+    if first.advantage is not None:
+        fields.append(pa.field(ADVANTAGE, pa.float32()))
+    fields += [pa.field(channel_column(c), pa.float32()) for c in run.channels]
+    fields += [pa.field("adv/grpo", pa.float32()), pa.field("adv/gdpo", pa.float32())]
+    fields += [pa.field(f"adv/{c}", pa.float32()) for c in run.channels]
+    return pa.schema(fields)
+
+
+def _chunk_table(
+    chunk: list[RolloutBatch], run: ParquetRun, schema: pa.Schema, *, device: str, scale: str, convention: str
+) -> tuple[np.ndarray, pa.Table]:
+    import torch
+
+    offsets = np.cumsum([0] + [b.num_groups for b in chunk[:-1]])
+    group_index = np.concatenate([b.group_index + o for b, o in zip(chunk, offsets, strict=True)])
+    step_index = np.repeat(np.arange(len(chunk)), [b.num_rows for b in chunk])
+    rewards = np.concatenate([b.rewards for b in chunk])
+    weights = torch.tensor([run.weights[c] for c in run.channels], dtype=torch.float32)
+    dev = torch.device(device)
+    result = compute_advantages(
+        torch.from_numpy(rewards).to(dev),
+        torch.from_numpy(group_index).to(dev),
+        weights=weights.to(dev),
+        step_index=torch.from_numpy(step_index).to(dev),
+        scale=scale,  # type: ignore[arg-type]
+        convention=convention,  # type: ignore[arg-type]
+    )
+    grpo, gdpo, z = (t.cpu().numpy() for t in (result.grpo, result.gdpo, result.zscores))
+    key_type = schema.field(GROUP_ID).type
+    try:
+        keys = pa.concat_arrays([b.group_keys.cast(key_type) for b in chunk])
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+        raise SchemaError(
+            f"group ids change type between steps ({exc})", hint="use one type for group ids in all files"
+        ) from exc
+    columns: dict[str, pa.Array | np.ndarray] = {
+        STEP: np.repeat(np.array([b.step for b in chunk], dtype=np.int64), [b.num_rows for b in chunk]),
+        GROUP_ID: keys,
+    }
+    if chunk[0].extra is not None:
+        extra = pa.concat_tables([b.extra for b in chunk if b.extra is not None])
+        for name in extra.column_names:
+            columns[name] = extra.column(name).combine_chunks()
+    if chunk[0].advantage is not None:
+        columns[ADVANTAGE] = np.concatenate([b.advantage for b in chunk if b.advantage is not None])
+    for k, c in enumerate(run.channels):
+        columns[channel_column(c)] = rewards[:, k]
+    columns["adv/grpo"], columns["adv/gdpo"] = grpo, gdpo
+    for k, c in enumerate(run.channels):
+        columns[f"adv/{c}"] = z[:, k]
+    row_ids = np.concatenate([b.row_ids for b in chunk])
+    return row_ids, pa.table(columns)
+
+
+def export_advantages(
+    paths: Sequence[str | Path],
+    output: str | Path,
+    *,
+    convention: str = "trl",
+    scale: str = "group",
+    weights: dict[str, float] | None = None,
+    device: str = "auto",
+    step_col: str | None = None,
+    group_col: str | None = None,
+    reward_cols: Sequence[str] | None = None,
+    group_size: int | None = None,
+    on_progress: ProgressCallback | None = None,
+) -> ExportSummary:
+    """Recompute GRPO/GDPO advantages of a run and write them, one row per input row, to ``output``."""
+    if convention not in CONVENTIONS:
+        raise UsageError(f"--convention {convention!r} is not one of {', '.join(CONVENTIONS)}")
+    if scale not in SCALES:
+        raise UsageError(f"--scale {scale!r} is not one of {', '.join(SCALES)}")
+    started = time.perf_counter()
+    dev = str(resolve_device(device))
+    run = ParquetRun(
+        paths,
+        step_col=step_col,
+        group_col=group_col,
+        reward_cols=reward_cols,
+        group_size=group_size,
+        weights=weights,
+    )
+    metadata = {
+        WEIGHTS_METADATA_KEY: json.dumps(run.weights),
+        ADVANTAGES_METADATA_KEY: json.dumps(
+            {
+                "convention": convention,
+                "scale": scale,
+                "channels": list(run.channels),
+                "sources": len(run.files),
+            }
+        ),
+    }
+    truth = run.metadata.get(GROUND_TRUTH_METADATA_KEY.encode())
+    if truth is not None:
+        metadata[GROUND_TRUTH_METADATA_KEY] = truth.decode()
+    done = 0
+    steps = 0
+    with atomic_path(output, inputs=run.files) as tmp:
+        writer: OrderedParquetWriter | None = None
+        try:
+            for chunk in chunk_steps(run.iter_steps()):
+                if writer is None:
+                    schema = _output_schema(run, chunk[0]).with_metadata(metadata)
+                    writer = OrderedParquetWriter(tmp, schema)
+                row_ids, table = _chunk_table(
+                    chunk, run, writer.schema, device=dev, scale=scale, convention=convention
+                )
+                writer.write(row_ids, table)
+                done += table.num_rows
+                steps += len(chunk)
+                if on_progress is not None:
+                    on_progress(done, run.num_rows)
+        except BaseException:
+            if writer is not None:
+                writer.abort()
+            raise
+        written = writer.close() if writer is not None else 0
+    assert written == run.num_rows, (written, run.num_rows)
+    return ExportSummary(
+        output=Path(output),
+        rows=written,
+        steps=steps,
+        channels=run.channels,
+        weights=run.weights,
+        convention=convention,
+        scale=scale,
+        device=dev,
+        warnings=tuple(run.notes.warnings()),
+        seconds=time.perf_counter() - started,
+    )

@@ -1,0 +1,359 @@
+"""Read rollout tables from Parquet, one training step at a time, in bounded memory.
+
+A run may be one file or many (one per step, say), rows of a step may be spread over files and need
+not be sorted. Reading takes two passes over bounded record batches:
+
+1. the ``step`` and reward columns only: validation (types, nulls, +-inf, NaN counts) and, for every
+   step, the position of its last row in the whole input;
+2. all needed columns: rows are buffered per step and a step is handed on as soon as its last row
+   has been read. Sorted input (the usual case) keeps one step in memory; shuffled input keeps the
+   steps that are still open.
+
+Every problem is raised before the first step is handed on, except those only visible per step
+(null group ids), so callers never produce half an output.
+"""
+
+from __future__ import annotations
+
+import glob
+from collections import Counter
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from collapse_doctor.errors import InputError, SchemaError
+from collapse_doctor.schema import (
+    GROUND_TRUTH_METADATA_KEY,
+    ColumnMap,
+    RewardColumn,
+    RolloutBatch,
+    check_same_layout,
+    discover_columns,
+    metadata_weights,
+    resolve_weights,
+)
+
+BATCH_ROWS = 262_144
+PARQUET_SUFFIXES = (".parquet", ".pq", ".parq")
+_MAGIC = b"PAR1"
+
+
+def resolve_inputs(paths: Sequence[str | Path]) -> list[Path]:
+    """Expand files, directories (recursively, ``*.parquet``) and glob patterns into a file list."""
+    if not paths:
+        raise InputError("no input given", hint="pass a Parquet file, a directory or a glob")
+    files: list[Path] = []
+    for raw in paths:
+        text = str(raw)
+        path = Path(text)
+        if path.is_dir():
+            found = sorted(p for p in path.rglob("*") if p.suffix in PARQUET_SUFFIXES and p.is_file())
+            if not found:
+                raise InputError(f"{text}: directory holds no Parquet files (*.parquet)")
+            files.extend(found)
+        elif path.exists():
+            files.append(path)
+        elif glob.has_magic(text):
+            matched = sorted(Path(p) for p in glob.glob(text, recursive=True) if Path(p).is_file())
+            if not matched:
+                raise InputError(f"{text}: pattern matches no file")
+            files.extend(matched)
+        else:
+            raise InputError(f"{text}: no such file or directory")
+    # The same file named twice (a glob plus a path) must not double every row.
+    unique: dict[Path, Path] = {}
+    for f in files:
+        unique.setdefault(f.resolve(), f)
+    return list(unique.values())
+
+
+def open_parquet(path: Path) -> pq.ParquetFile:
+    """Open a Parquet file, turning pyarrow's errors into one-line :class:`InputError`s."""
+    try:
+        with path.open("rb") as handle:
+            head = handle.read(4)
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read file ({exc.strerror or exc})") from exc
+    if head != _MAGIC:
+        raise InputError(
+            f"{path}: not a Parquet file (it does not start with the Parquet magic bytes)",
+            hint="pass a .parquet rollout table",
+        )
+    try:
+        return pq.ParquetFile(path)
+    except (pa.ArrowException, OSError) as exc:
+        raise InputError(
+            f"{path}: truncated or corrupt Parquet file ({_first_line(exc)})",
+            hint="if the trainer is still writing it, wait for the file to be closed",
+        ) from exc
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
+
+
+def _iter_batches(pf: pq.ParquetFile, path: Path, columns: list[str]) -> Iterator[pa.RecordBatch]:
+    try:
+        yield from pf.iter_batches(batch_size=BATCH_ROWS, columns=columns)
+    except (pa.ArrowException, OSError) as exc:
+        raise InputError(
+            f"{path}: cannot read data ({_first_line(exc)})", hint="the file may be truncated or corrupt"
+        ) from exc
+
+
+def reward_array(batch: pa.RecordBatch | pa.Table, reward: RewardColumn) -> pa.Array:
+    column = batch.column(reward.column)
+    if isinstance(column, pa.ChunkedArray):
+        column = column.combine_chunks()
+    if reward.struct_field is not None:
+        column = pc.struct_field(column, reward.struct_field)
+    return column
+
+
+def to_float32(array: pa.Array) -> np.ndarray:
+    """Numbers (nulls become NaN) as a float32 numpy array."""
+    if pa.types.is_decimal(array.type) or pa.types.is_null(array.type):
+        array = pc.cast(array, pa.float64())
+    return np.asarray(pc.cast(array, pa.float32()).to_numpy(zero_copy_only=False), dtype=np.float32)
+
+
+def _step_values(array: pa.Array, path: Path, column: str) -> np.ndarray:
+    if array.null_count:
+        raise SchemaError(
+            f"{path}: step column {column!r} has {array.null_count} empty (null) values",
+            hint="every rollout needs the training step that produced it",
+        )
+    values = array.to_numpy(zero_copy_only=False)
+    if values.dtype.kind == "f" and not (np.all(np.isfinite(values)) and np.all(values == np.round(values))):
+        raise SchemaError(
+            f"{path}: step column {column!r} holds values that are not whole numbers",
+            hint="pass --step-col with the column that holds the training step",
+        )
+    return values.astype(np.int64)
+
+
+@dataclass
+class IngestNotes:
+    """Counts behind the warnings that reading a run may produce (never errors)."""
+
+    nan_rewards: Counter[str] = field(default_factory=Counter)
+    group_sizes: Counter[int] = field(default_factory=Counter)
+    duplicate_rows: int = 0
+    ragged_blocks: int = 0
+
+    def warnings(self) -> list[str]:
+        out = [
+            f"reward/{channel}: {count} NaN value(s), kept as 'not applicable' (ignored by the baselines)"
+            for channel, count in sorted(self.nan_rewards.items())
+            if count
+        ]
+        singletons = self.group_sizes.get(1, 0)
+        if singletons:
+            out.append(f"{singletons} group(s) of size 1: they carry no ranking signal (advantage 0)")
+        sizes = sorted(self.group_sizes)
+        if len(sizes) > 1:
+            common = self.group_sizes.most_common(1)[0][0]
+            odd = sum(n for size, n in self.group_sizes.items() if size != common)
+            out.append(
+                f"ragged group sizes: {odd} group(s) differ from the usual size {common} "
+                f"(sizes {sizes[0]}..{sizes[-1]})"
+            )
+        if self.ragged_blocks:
+            out.append(
+                f"{self.ragged_blocks} step(s) whose row count is not a multiple of --group-size: "
+                "their last block is a smaller group"
+            )
+        if self.duplicate_rows:
+            out.append(
+                f"{self.duplicate_rows} duplicate row(s): same step, group and completion text as another row"
+            )
+        return out
+
+
+class ParquetRun:
+    """A run stored as one or more Parquet files in the canonical layout (or close to it).
+
+    Opening validates every file and scans the step and reward columns; :meth:`iter_steps` then
+    yields one :class:`RolloutBatch` per training step.
+    """
+
+    def __init__(
+        self,
+        paths: Sequence[str | Path],
+        *,
+        step_col: str | None = None,
+        group_col: str | None = None,
+        reward_cols: Sequence[str] | None = None,
+        group_size: int | None = None,
+        weights: dict[str, float] | None = None,
+    ) -> None:
+        self.files = resolve_inputs(paths)
+        self._handles = [open_parquet(p) for p in self.files]
+        first = self._handles[0]
+        self.columns: ColumnMap = discover_columns(
+            first.schema_arrow,
+            source=str(self.files[0]),
+            step_col=step_col,
+            group_col=group_col,
+            reward_cols=reward_cols,
+            group_size=group_size,
+        )
+        for path, handle in zip(self.files[1:], self._handles[1:], strict=True):
+            check_same_layout(handle.schema_arrow, self.columns, source=str(path))
+        self.metadata: dict[bytes, bytes] = dict(first.metadata.metadata or {}) if first.metadata else {}
+        stored = metadata_weights(self.metadata, source=str(self.files[0]))
+        self.weights = resolve_weights(self.columns.channels, weights or {}, stored)
+        self.notes = IngestNotes()
+        self._last_row: dict[int, int] = {}
+        self.num_rows = 0
+        self._scan()
+
+    @property
+    def channels(self) -> tuple[str, ...]:
+        return self.columns.channels
+
+    @property
+    def steps(self) -> list[int]:
+        return sorted(self._last_row)
+
+    @property
+    def ground_truth(self) -> dict[str, Any] | None:
+        import json
+
+        raw = self.metadata.get(GROUND_TRUTH_METADATA_KEY.encode())
+        try:
+            return dict(json.loads(raw)) if raw else None
+        except ValueError:
+            return None
+
+    def _scan(self) -> None:
+        """Pass 1: validate steps and rewards, find where each step ends."""
+        cols = self.columns
+        read = list(dict.fromkeys([cols.step, *(r.column for r in cols.rewards)]))
+        inf_rows: Counter[str] = Counter()
+        inf_file: dict[str, Path] = {}
+        offset = 0
+        for path, handle in zip(self.files, self._handles, strict=True):
+            for batch in _iter_batches(handle, path, read):
+                steps = _step_values(batch.column(cols.step), path, cols.step)
+                for reward in cols.rewards:
+                    values = to_float32(reward_array(batch, reward))
+                    nan = np.isnan(values)
+                    self.notes.nan_rewards[reward.channel] += int(nan.sum())
+                    infinite = int(np.isinf(values).sum())
+                    if infinite:
+                        inf_rows[reward.channel] += infinite
+                        inf_file.setdefault(reward.channel, path)
+                if len(steps):
+                    unique, first_in_reversed = np.unique(steps[::-1], return_index=True)
+                    last = offset + len(steps) - 1 - first_in_reversed
+                    self._last_row.update(zip(unique.tolist(), last.tolist(), strict=True))
+                offset += len(steps)
+        self.num_rows = offset
+        if inf_rows:
+            channel, count = inf_rows.most_common(1)[0]
+            label = next(r.label for r in cols.rewards if r.channel == channel)
+            raise SchemaError(
+                f"{inf_file[channel]}: reward column {label!r} has {count} row(s) with +inf or -inf",
+                hint="rewards must be finite; use NaN (None in TRL) for 'not applicable'",
+            )
+        if self.num_rows == 0:
+            names = ", ".join(str(f) for f in self.files[:3])
+            raise InputError(f"{names}: the input has no rows", hint="point at a run that logged rollouts")
+
+    def iter_steps(self) -> Iterator[RolloutBatch]:
+        """Pass 2: yield each step's rollouts as soon as its last row has been read."""
+        cols = self.columns
+        read = cols.source_columns
+        pending: dict[int, list[tuple[np.ndarray, pa.RecordBatch]]] = {}
+        offset = 0
+        for path, handle in zip(self.files, self._handles, strict=True):
+            for batch in _iter_batches(handle, path, read):
+                n = batch.num_rows
+                steps = _step_values(batch.column(cols.step), path, cols.step)
+                order = np.argsort(steps, kind="stable")
+                sorted_steps = steps[order]
+                cuts = np.flatnonzero(np.diff(sorted_steps)) + 1
+                for part in np.split(order, cuts) if n else []:
+                    step = int(steps[part[0]])
+                    pending.setdefault(step, []).append((offset + part, batch.take(pa.array(part))))
+                offset += n
+                done = sorted(s for s in pending if self._last_row[s] < offset)
+                for step in done:
+                    yield self._assemble(step, pending.pop(step), path)
+
+    def _assemble(
+        self, step: int, parts: list[tuple[np.ndarray, pa.RecordBatch]], path: Path
+    ) -> RolloutBatch:
+        cols = self.columns
+        row_ids = np.concatenate([ids for ids, _ in parts])
+        table = pa.Table.from_batches([b for _, b in parts]).combine_chunks()
+        rewards = np.stack([to_float32(reward_array(table, r)) for r in cols.rewards], axis=1)
+        group_keys, group_index = self._groups(table, step, path)
+        num_groups = int(group_index.max()) + 1 if len(group_index) else 0
+        sizes = np.bincount(group_index, minlength=num_groups)
+        self.notes.group_sizes.update(dict(zip(*np.unique(sizes, return_counts=True), strict=True)))
+        advantage = to_float32(table.column(cols.advantage).combine_chunks()) if cols.advantage else None
+        extra_names = [c for c in (cols.prompt, cols.completion, cols.completion_length) if c]
+        extra = table.select(extra_names) if extra_names else None
+        if cols.completion:
+            self.notes.duplicate_rows += _count_duplicates(table, group_index, cols)
+        return RolloutBatch(
+            step=step,
+            rewards=rewards,
+            group_index=group_index,
+            num_groups=num_groups,
+            row_ids=row_ids,
+            group_keys=group_keys,
+            advantage=advantage,
+            extra=extra,
+        )
+
+    def _groups(self, table: pa.Table, step: int, path: Path) -> tuple[pa.Array, np.ndarray]:
+        cols = self.columns
+        n = table.num_rows
+        if cols.group is not None:
+            keys = table.column(cols.group).combine_chunks()
+            if keys.null_count:
+                raise SchemaError(
+                    f"{path}: group column {cols.group!r} has {keys.null_count} empty (null) value(s) at "
+                    f"step {step}",
+                    hint="fill the group ids, or pass --group-size N for consecutive blocks",
+                )
+            return keys, dense_codes(keys)
+        if cols.group_size is not None:
+            index = np.arange(n, dtype=np.int64) // cols.group_size
+            if n % cols.group_size:
+                self.notes.ragged_blocks += 1
+            return pa.array(index), index
+        assert cols.prompt is not None  # discover_columns guarantees a way to group
+        prompts = table.column(cols.prompt).combine_chunks()
+        index = dense_codes(prompts)
+        return pa.array(index), index
+
+
+def dense_codes(keys: pa.Array) -> np.ndarray:
+    """Dense int64 codes ``0..K-1`` in order of first appearance, for any hashable Arrow type.
+
+    >>> dense_codes(pa.array(["b", "a", "b", "c"])).tolist()
+    [0, 1, 0, 2]
+    """
+    encoded = pc.dictionary_encode(keys)
+    return np.asarray(encoded.indices.to_numpy(zero_copy_only=False), dtype=np.int64)
+
+
+def _count_duplicates(table: pa.Table, group_index: np.ndarray, cols: ColumnMap) -> int:
+    keys = {"_group": pa.array(group_index)}
+    for name in (cols.prompt, cols.completion):
+        if name:
+            keys[name] = table.column(name)
+    counts = pa.table(keys).group_by(list(keys)).aggregate([([], "count_all")])
+    repeated = counts.column("count_all").to_numpy()
+    return int(np.maximum(repeated - 1, 0).sum())

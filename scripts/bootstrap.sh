@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Create .venv on first use and (re)install the project when pyproject.toml changes.
+# Safe to run every time: it does nothing when the environment is up to date.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+python=${PYTHON:-python3}
+stamp=.venv/.collapse-doctor-installed
+
+if [ ! -x .venv/bin/python ]; then
+  echo "bootstrap: creating .venv with $($python --version 2>&1)" >&2
+  "$python" -m venv .venv
+fi
+if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+  echo "bootstrap: installing collapse-doctor and its dev tools into .venv (first run takes a few minutes)" >&2
+  # The CPU wheel of torch first, where this machine has it: a bare torch requirement would pull a
+  # multi-GB CUDA build. Elsewhere pip picks a torch from pyproject's range.
+  .venv/bin/python -m pip install -q "torch==2.13.0" 2>/dev/null \
+    || echo "bootstrap: torch 2.13.0 not available here; using pyproject's torch range" >&2
+  .venv/bin/python -m pip install -q -e ".[dev]"
+  touch "$stamp"
+fi

@@ -1,0 +1,60 @@
+"""Shared fixtures: tests build their own Parquet runs in tmp_path."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+WriteTable = Callable[..., Path]
+
+
+def make_table(
+    *,
+    steps: int = 3,
+    groups: int = 4,
+    group_size: int = 8,
+    channels: tuple[str, ...] = ("format", "correct"),
+    seed: int = 0,
+    text: bool = True,
+) -> pa.Table:
+    """A small canonical rollout table: binary first channel, continuous others."""
+    rng = np.random.default_rng(seed)
+    n = steps * groups * group_size
+    columns: dict[str, object] = {
+        "step": np.repeat(np.arange(steps, dtype=np.int64), groups * group_size),
+        "group_id": np.tile(np.repeat(np.arange(groups, dtype=np.int64), group_size), steps),
+    }
+    for k, name in enumerate(channels):
+        values = rng.integers(0, 2, n) if k == 0 else rng.random(n)
+        columns[f"reward/{name}"] = values.astype(np.float32)
+    if text:
+        columns["prompt"] = [
+            f"prompt {s}-{g}" for s, g in zip(columns["step"], columns["group_id"], strict=True)
+        ]
+        columns["completion"] = [f"completion {i}" for i in range(n)]
+    return pa.table(columns)
+
+
+@pytest.fixture
+def write_table(tmp_path: Path) -> WriteTable:
+    def write(
+        table: pa.Table,
+        name: str = "run.parquet",
+        *,
+        weights: dict[str, float] | None = None,
+        row_group_size: int | None = None,
+    ) -> Path:
+        path = tmp_path / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if weights is not None:
+            table = table.replace_schema_metadata({"collapse_doctor.weights": json.dumps(weights)})
+        pq.write_table(table, path, row_group_size=row_group_size)
+        return path
+
+    return write
