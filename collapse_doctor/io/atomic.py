@@ -49,10 +49,16 @@ def atomic_path(output: str | Path, *, inputs: Sequence[Path] = ()) -> Iterator[
         raise OutputError(f"{output}: cannot write in {str(directory)!r} ({exc.strerror})") from exc
     os.close(fd)
     tmp = Path(name)
+    # mkstemp creates 0o600; the finished file should get the permissions of any file the user creates.
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o666 & ~umask)
     try:
         yield tmp
         os.replace(tmp, output)
-    except BaseException:
+    except BaseException as exc:
         with contextlib.suppress(OSError):
             tmp.unlink()
+        if isinstance(exc, OSError):
+            raise OutputError(f"{output}: cannot write ({exc.strerror or exc})") from exc
         raise

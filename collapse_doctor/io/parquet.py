@@ -283,7 +283,9 @@ class ParquetRun:
                 cuts = np.flatnonzero(np.diff(sorted_steps)) + 1
                 for part in np.split(order, cuts) if n else []:
                     step = int(steps[part[0]])
-                    pending.setdefault(step, []).append((offset + part, batch.take(pa.array(part))))
+                    contiguous = part[-1] - part[0] + 1 == len(part)
+                    rows = batch.slice(int(part[0]), len(part)) if contiguous else batch.take(pa.array(part))
+                    pending.setdefault(step, []).append((offset + part, rows))
                 offset += n
                 done = sorted(s for s in pending if self._last_row[s] < offset)
                 for step in done:
