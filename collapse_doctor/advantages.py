@@ -114,31 +114,30 @@ def _normalize(
     num_segments: int,
     convention: str,
     *,
-    scale_by: tuple[Tensor, Tensor] | None = None,
+    scale_by: Tensor | None = None,
     divide: bool = True,
     accumulate: torch.dtype | None = None,
 ) -> Tensor:
     """Z-score ``values`` within segments under ``convention``; NaN values map to NaN.
 
-    ``scale_by`` = (std per row, count per row) replaces the segment's own std (batch scaling).
+    ``scale_by`` (a std per row) replaces the segment's own std (GRPO's batch scaling).
     """
     deviation, count, std = centered_segments(values, index, num_segments, accumulate=accumulate)
-    if not divide:
-        return deviation
-    if scale_by is None:
-        row_std, row_count = std[index], count[index]
-    else:
-        row_std, row_count = scale_by
-    eps = _EPS[convention]
+    row_std = std[index]
     if convention == "verl":
-        # verl: a group of one has mean 0 and std 1, so its advantage is the raw value.
-        single = row_count == 1
+        # verl: a segment of one has mean 0 and std 1, so it keeps its raw value.
+        single = count[index] == 1
         deviation = torch.where(single, values, deviation)
         row_std = torch.where(single, torch.ones_like(row_std), row_std)
+    if not divide:
+        return deviation
+    if scale_by is not None:
+        row_std = scale_by
     # A std that is undefined (one value) or zero carries no ranking signal: the deviation is 0 there.
-    denominator = torch.nan_to_num(row_std, nan=0.0) + eps
+    denominator = torch.nan_to_num(row_std, nan=0.0) + _EPS[convention]
     safe = torch.where(denominator > 0, denominator, torch.ones_like(denominator))
-    return torch.where(denominator > 0, deviation / safe, torch.zeros_like(deviation))
+    # deviation * 0 keeps NaN where the value was NaN (per-channel z-scores report "not applicable").
+    return torch.where(denominator > 0, deviation / safe, deviation * 0.0)
 
 
 def _prepare(
@@ -202,14 +201,8 @@ def grpo_advantages(
     elif scale == "none":
         adv = _normalize(total, group_index, num_groups, convention, divide=False)
     else:
-        _, step_count, step_std = centered_segments(total, step_index, num_steps, accumulate=torch.float64)
-        adv = _normalize(
-            total,
-            group_index,
-            num_groups,
-            convention,
-            scale_by=(step_std[step_index], step_count[step_index]),
-        )
+        _, _, step_std = centered_segments(total, step_index, num_steps, accumulate=torch.float64)
+        adv = _normalize(total, group_index, num_groups, convention, scale_by=step_std[step_index])
     return torch.nan_to_num(adv, nan=0.0)
 
 
