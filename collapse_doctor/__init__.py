@@ -1,6 +1,23 @@
 """collapse-doctor: find advantage and reward collapse in multi-reward GRPO fine-tuning, and fix it.
 
 Importing the package is cheap: torch and pyarrow load only when a function that needs them runs.
+
+>>> import collapse_doctor
+>>> callable(collapse_doctor.diagnose)
+True
 """
 
+from __future__ import annotations
+
+from typing import Any
+
 __version__ = "0.1.0"
+__all__ = ["Diagnosis", "diagnose"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in ("diagnose", "Diagnosis"):
+        from collapse_doctor import diagnosis
+
+        return getattr(diagnosis, name)
+    raise AttributeError(f"module 'collapse_doctor' has no attribute {name!r}")

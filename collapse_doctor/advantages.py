@@ -101,9 +101,7 @@ def centered_segments(
     count = zeros.scatter_add(0, index, valid.to(dtype))
     mean = zeros.scatter_add(0, index, shifted) / count
     deviation = torch.where(valid, shifted - mean[index], torch.full_like(shifted, float("nan")))
-    squares = zeros.scatter_add(
-        0, index, torch.where(valid, deviation * deviation, torch.zeros_like(shifted))
-    )
+    squares = zeros.scatter_add(0, index, torch.where(valid, deviation * deviation, torch.zeros_like(shifted)))
     std = torch.where(count >= 2, (squares / (count - 1)).sqrt(), torch.full_like(count, float("nan")))
     return deviation.to(values.dtype), count, std.to(values.dtype)
 
@@ -219,8 +217,7 @@ def group_zscores(rewards: Tensor, group_index: Tensor, *, convention: Conventio
     rewards, group_index, _, _, num_groups, _ = _prepare(rewards, group_index, None, None)
     # Column by column: 1-D scatters stay fast when rows are shuffled, a [N, C] scatter does not.
     columns = [
-        _normalize(rewards[:, k].contiguous(), group_index, num_groups, convention)
-        for k in range(rewards.shape[1])
+        _normalize(rewards[:, k].contiguous(), group_index, num_groups, convention) for k in range(rewards.shape[1])
     ]
     return torch.stack(columns, dim=1) if columns else rewards.clone()
 
@@ -243,9 +240,7 @@ def gdpo_advantages(
     [0.0, 0.0, 1.2247, -1.2247]
     """
     _check_option(convention, CONVENTIONS, "--convention")
-    rewards, group_index, weights, step_index, _, num_steps = _prepare(
-        rewards, group_index, weights, step_index
-    )
+    rewards, group_index, weights, step_index, _, num_steps = _prepare(rewards, group_index, weights, step_index)
     if zscores is None:
         zscores = group_zscores(rewards, group_index, convention=convention)
     all_nan = torch.isnan(rewards).all(dim=1)

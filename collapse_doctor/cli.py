@@ -63,7 +63,7 @@ def user_errors(debug: bool) -> Iterator[None]:
             raise
         _err(f"error: {exc.one_line()}")
         raise typer.Exit(EXIT_ERROR) from None
-    except (typer.Exit, typer.Abort, KeyboardInterrupt):
+    except (typer.Exit, typer.Abort, KeyboardInterrupt, BrokenPipeError):
         raise
     except Exception as exc:
         if debug:
@@ -174,6 +174,134 @@ def advantages(
         )
 
 
+OutputPath = Annotated[Path | None, typer.Option(help="Write to this file (atomically).")]
+
+
+def _write_output(path: Path, text: str, inputs: list[Path]) -> None:
+    from collapse_doctor.io.atomic import atomic_path
+
+    with atomic_path(path, inputs=inputs) as tmp:
+        tmp.write_text(text, encoding="utf-8")
+
+
+@app.command()
+def scan(
+    paths: Annotated[list[str], typer.Argument(help="Parquet file(s), directories or globs of one run.")],
+    weights: WeightsOption = None,
+    algo: Annotated[
+        str,
+        typer.Option("--algo", help="Aggregation the run used: auto (from logged advantages), grpo or gdpo."),
+    ] = "auto",
+    fail_on: Annotated[
+        str | None,
+        typer.Option("--fail-on", help="Exit 1 on findings at or above: never, info, warning (default), critical."),
+    ] = None,
+    json_out: Annotated[Path | None, typer.Option("--json", help="Write the diagnosis as JSON to this file.")] = None,
+    junit_out: Annotated[Path | None, typer.Option("--junit", help="Write a JUnit XML report to this file.")] = None,
+    markdown_out: Annotated[
+        Path | None,
+        typer.Option("--markdown", help="Write a Markdown summary (for PR comments) to this file."),
+    ] = None,
+    output_format: Annotated[
+        str, typer.Option("--format", help="stdout format: text, json or github (workflow annotations).")
+    ] = "text",
+    config: Annotated[Path | None, typer.Option("--config", help="Config file (TOML) with thresholds.")] = None,
+    only: Annotated[str | None, typer.Option("--only", help="Run only these detector codes (CD101,CD3...).")] = None,
+    ignore: Annotated[str | None, typer.Option("--ignore", help="Skip these detector codes.")] = None,
+    device: DeviceOption = "auto",
+    step_col: StepColOption = None,
+    group_col: GroupColOption = None,
+    reward_cols: RewardColsOption = None,
+    group_size: GroupSizeOption = None,
+    debug: DebugOption = False,
+) -> None:
+    """Diagnose a run: verdict, per-channel table, findings with evidence and remedy; exit code for CI.
+
+    Exit codes: 0 nothing at or above --fail-on, 1 findings at or above it, 2 bad input or usage.
+    """
+    with user_errors(debug):
+        from collapse_doctor.diagnosis import diagnose
+        from collapse_doctor.schema import parse_weights
+
+        if output_format not in ("text", "json", "github"):
+            from collapse_doctor.errors import UsageError
+
+            raise UsageError(f"--format {output_format!r} is not one of text, json, github")
+        progress = DelayedProgress("scanning")
+        try:
+            diagnosis = diagnose(
+                paths,
+                weights=parse_weights(weights),
+                algo=algo,
+                config=config,
+                fail_on=fail_on,
+                only=_split(only),
+                ignore=_split(ignore),
+                device=device,
+                step_col=step_col,
+                group_col=group_col,
+                reward_cols=_split(reward_cols),
+                group_size=group_size,
+                on_progress=progress,
+            )
+        finally:
+            progress.close()
+        inputs = [Path(s) for s in diagnosis.run.sources]
+        from collapse_doctor.report.ci import github_annotations, junit_xml, markdown_summary
+
+        if json_out is not None:
+            _write_output(json_out, diagnosis.to_json() + "\n", inputs)
+        if junit_out is not None:
+            _write_output(junit_out, junit_xml(diagnosis), inputs)
+        if markdown_out is not None:
+            _write_output(markdown_out, markdown_summary(diagnosis), inputs)
+        if output_format == "json":
+            typer.echo(diagnosis.to_json())
+        elif output_format == "github":
+            typer.echo(github_annotations(diagnosis), nl=False)
+            summary_file = os.environ.get("GITHUB_STEP_SUMMARY")
+            if summary_file:
+                with open(summary_file, "a", encoding="utf-8") as handle:
+                    handle.write(markdown_summary(diagnosis))
+        else:
+            from collapse_doctor.report.text import render_text
+
+            plain = bool(os.environ.get("NO_COLOR")) or not sys.stdout.isatty()
+            render_text(diagnosis, sys.stdout, color=False if plain else None)
+        code = diagnosis.exit_code()
+    raise typer.Exit(code)
+
+
+@app.command()
+def explain(
+    code: Annotated[str | None, typer.Argument(help="Detector code, e.g. CD101 (omit to list all).")] = None,
+    debug: DebugOption = False,
+) -> None:
+    """What a detector checks, why it matters, its evidence and the remedy."""
+    with user_errors(debug):
+        from collapse_doctor.detectors import REGISTRY
+        from collapse_doctor.errors import UsageError
+
+        if code is None:
+            for known in sorted(REGISTRY):
+                detector = REGISTRY[known]
+                summary = detector.explain().splitlines()[0]
+                typer.echo(f"{known}  {detector.name:26s} {summary}")
+            return
+        key = code.strip().upper()
+        if key not in REGISTRY:
+            raise UsageError(f"unknown detector code {code!r}", hint=f"known codes: {', '.join(sorted(REGISTRY))}")
+        detector = REGISTRY[key]
+        typer.echo(f"{key} {detector.name} (default severity {detector.default_severity.label})")
+        typer.echo("")
+        typer.echo(detector.explain())
+        if detector.thresholds:
+            typer.echo("")
+            typer.echo(f"Thresholds ([tool.collapse-doctor.thresholds.{key}])")
+            for name, value in detector.thresholds.items():
+                typer.echo(f"    {name} = {value:g}")
+
+
 @app.command()
 def simulate(
     scenario: Annotated[str, typer.Argument(help="Scenario name (see the list below).")],
@@ -216,7 +344,13 @@ def simulate(
 
 def main(argv: list[str] | None = None) -> Callable[..., Any] | None:
     """Console-script entry point."""
-    return app(args=argv)
+    try:
+        return app(args=argv)
+    except BrokenPipeError:
+        # The reader went away (`collapse-doctor explain | head`): stop quietly, like other CLI tools.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        sys.exit(EXIT_OK)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,6 +18,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from collapse_doctor.advantages import CONVENTIONS, SCALES, compute_advantages, resolve_device
+from collapse_doctor.batching import chunk_steps, stack_chunk
 from collapse_doctor.errors import SchemaError, UsageError
 from collapse_doctor.io.atomic import atomic_path
 from collapse_doctor.io.parquet import ParquetRun
@@ -31,7 +32,6 @@ from collapse_doctor.schema import (
     channel_column,
 )
 
-CHUNK_ROWS = 1 << 20
 ADVANTAGES_METADATA_KEY = "collapse_doctor.advantages"
 ProgressCallback = Callable[[int, int], None]
 
@@ -50,20 +50,6 @@ class ExportSummary:
     device: str
     warnings: tuple[str, ...]
     seconds: float
-
-
-def chunk_steps(batches: Iterable[RolloutBatch], max_rows: int = CHUNK_ROWS) -> Iterator[list[RolloutBatch]]:
-    """Group consecutive steps into lists of about ``max_rows`` rows (a large step stays whole)."""
-    chunk: list[RolloutBatch] = []
-    rows = 0
-    for batch in batches:
-        if chunk and rows + batch.num_rows > max_rows:
-            yield chunk
-            chunk, rows = [], 0
-        chunk.append(batch)
-        rows += batch.num_rows
-    if chunk:
-        yield chunk
 
 
 class OrderedParquetWriter:
@@ -89,11 +75,7 @@ class OrderedParquetWriter:
     def _flush(self) -> None:
         ids = np.concatenate(self._ids)
         table = pa.concat_tables(self._tables) if len(self._tables) > 1 else self._tables[0]
-        if (
-            len(ids)
-            and ids[0] == self._next
-            and np.array_equal(ids, np.arange(self._next, self._next + len(ids)))
-        ):
+        if len(ids) and ids[0] == self._next and np.array_equal(ids, np.arange(self._next, self._next + len(ids))):
             ready, keep = len(ids), np.empty(0, dtype=np.int64)
             out = table
         else:
@@ -137,22 +119,17 @@ def _output_schema(run: ParquetRun, first: RolloutBatch) -> pa.Schema:
 def _chunk_table(
     chunk: list[RolloutBatch], run: ParquetRun, schema: pa.Schema, *, device: str, scale: str, convention: str
 ) -> tuple[np.ndarray, pa.Table]:
-    import torch
-
-    offsets = np.cumsum([0] + [b.num_groups for b in chunk[:-1]])
-    group_index = np.concatenate([b.group_index + o for b, o in zip(chunk, offsets, strict=True)])
-    step_index = np.repeat(np.arange(len(chunk)), [b.num_rows for b in chunk])
-    rewards = np.concatenate([b.rewards for b in chunk])
-    weights = torch.tensor([run.weights[c] for c in run.channels], dtype=torch.float32)
-    dev = torch.device(device)
+    stacked = stack_chunk(chunk)
+    rewards_t, group_t, step_t, weights_t, _ = stacked.tensors(run.channels, run.weights, device)
     result = compute_advantages(
-        torch.from_numpy(rewards).to(dev),
-        torch.from_numpy(group_index).to(dev),
-        weights=weights.to(dev),
-        step_index=torch.from_numpy(step_index).to(dev),
+        rewards_t,
+        group_t,
+        weights=weights_t,
+        step_index=step_t,
         scale=scale,  # type: ignore[arg-type]
         convention=convention,  # type: ignore[arg-type]
     )
+    rewards = stacked.rewards
     grpo, gdpo, z = (t.cpu().numpy() for t in (result.grpo, result.gdpo, result.zscores))
     key_type = schema.field(GROUP_ID).type
     try:
@@ -232,9 +209,7 @@ def export_advantages(
                 if writer is None:
                     schema = _output_schema(run, chunk[0]).with_metadata(metadata)
                     writer = OrderedParquetWriter(tmp, schema)
-                row_ids, table = _chunk_table(
-                    chunk, run, writer.schema, device=dev, scale=scale, convention=convention
-                )
+                row_ids, table = _chunk_table(chunk, run, writer.schema, device=dev, scale=scale, convention=convention)
                 writer.write(row_ids, table)
                 done += table.num_rows
                 steps += len(chunk)

@@ -124,8 +124,7 @@ def _reward_from_name(schema: pa.Schema, name: str, source: str) -> list[RewardC
         if struct.get_field_index(tail) >= 0:
             return [RewardColumn(tail, head, tail)]
     raise SchemaError(
-        f"{source}: reward column {name!r} (from --reward-cols) not found; "
-        f"found columns: {_describe(schema)}",
+        f"{source}: reward column {name!r} (from --reward-cols) not found; found columns: {_describe(schema)}",
         hint="pass the exact column names, comma-separated",
     )
 
@@ -184,8 +183,7 @@ def discover_columns(
 
     if group_col is not None and group_col not in schema.names:
         raise SchemaError(
-            f"{source}: group column {group_col!r} (from --group-col) not found; found columns: "
-            f"{_describe(schema)}",
+            f"{source}: group column {group_col!r} (from --group-col) not found; found columns: {_describe(schema)}",
             hint="pass the exact column name",
         )
     group = group_col or (GROUP_ID if GROUP_ID in schema.names else None)
@@ -246,8 +244,7 @@ def check_same_layout(schema: pa.Schema, columns: ColumnMap, *, source: str) -> 
     missing = [c for c in columns.source_columns if c not in schema.names]
     if missing:
         raise SchemaError(
-            f"{source}: missing column(s) {missing} that the run's first file has; found columns: "
-            f"{_describe(schema)}",
+            f"{source}: missing column(s) {missing} that the run's first file has; found columns: {_describe(schema)}",
             hint="scan files of one run together, or pass matching --*-col options",
         )
     _check_reward_types(schema, columns.rewards, source)
@@ -294,9 +291,7 @@ def metadata_weights(metadata: Mapping[bytes, bytes] | None, *, source: str) -> 
         ) from exc
 
 
-def resolve_weights(
-    channels: Sequence[str], cli: Mapping[str, float], stored: Mapping[str, float]
-) -> dict[str, float]:
+def resolve_weights(channels: Sequence[str], cli: Mapping[str, float], stored: Mapping[str, float]) -> dict[str, float]:
     """Channel weights: ``--weights`` first, then the file's metadata, then 1.0.
 
     >>> resolve_weights(["format", "correct"], {"correct": 0.5}, {"format": 2.0})

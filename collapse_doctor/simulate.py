@@ -238,9 +238,7 @@ class _Plan:
 
 def _check_int(value: object, option: str, *, minimum: int, maximum: int | None = None) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise UsageError(
-            f"{option} must be a whole number, got {value!r}", hint=f"pass e.g. {option} {minimum}"
-        )
+        raise UsageError(f"{option} must be a whole number, got {value!r}", hint=f"pass e.g. {option} {minimum}")
     number = int(value)
     if number < minimum:
         bounds = f">= {minimum}" if maximum is None else f"between {minimum} and {maximum}"
@@ -376,9 +374,7 @@ def _chunk_columns(plan: _Plan, first: int, last: int) -> dict[str, npt.NDArray[
         else:
             loc = (ch.start + (ch.end - ch.start) * curve).astype(np.float32)
             diff_term = np.float32(ch.difficulty) * prompt_difficulty
-        noise = (
-            np.float32(ch.shared) * quality + np.float32(math.sqrt(1.0 - ch.shared**2)) * normals[:, 2 + k]
-        )
+        noise = np.float32(ch.shared) * quality + np.float32(math.sqrt(1.0 - ch.shared**2)) * normals[:, 2 + k]
         logit = loc - diff_term + np.float32(ch.spread) * noise
         prob = _sigmoid(logit)
         reward = (uniforms[:, binary.index(k)] < prob).astype(np.float32) if ch.kind == "binary" else prob
@@ -387,9 +383,7 @@ def _chunk_columns(plan: _Plan, first: int, last: int) -> dict[str, npt.NDArray[
         rewards[ch.name] = reward
 
     columns.update({f"reward/{name}": r.reshape(-1) for name, r in rewards.items()})
-    columns["completion_length"] = _completion_length(plan, step, prompt_difficulty, normals[:, 1]).reshape(
-        -1
-    )
+    columns["completion_length"] = _completion_length(plan, step, prompt_difficulty, normals[:, 1]).reshape(-1)
     columns["advantage"] = _trl_grpo_advantage(rewards, channels).reshape(-1)
     return columns
 
@@ -592,9 +586,7 @@ def simulate_batches(
     >>> sum(b.num_rows for b in batches), batches[0].schema.names[:4]
     (24, ['step', 'group_id', 'reward/correct', 'reward/verifier'])
     """
-    plan = _plan(
-        scenario, steps=steps, groups=groups, group_size=group_size, seed=seed, onset_step=onset_step
-    )
+    plan = _plan(scenario, steps=steps, groups=groups, group_size=group_size, seed=seed, onset_step=onset_step)
     return _batches(plan, _default_chunk_steps(plan))
 
 
@@ -614,9 +606,7 @@ def simulation_metadata(
     >>> truth["onset_step"], truth["affected_channels"], json.loads(meta[WEIGHTS_KEY])
     (4, ['format'], {'format': 1.0, 'correct': 1.0})
     """
-    plan = _plan(
-        scenario, steps=steps, groups=groups, group_size=group_size, seed=seed, onset_step=onset_step
-    )
+    plan = _plan(scenario, steps=steps, groups=groups, group_size=group_size, seed=seed, onset_step=onset_step)
     return _metadata(plan)
 
 
@@ -643,9 +633,7 @@ def write_simulation(
     >>> summary.rows, summary.channels, summary.ground_truth["onset_step"]
     (24, ('format', 'correct', 'reasoning'), 0)
     """
-    plan = _plan(
-        scenario, steps=steps, groups=groups, group_size=group_size, seed=seed, onset_step=onset_step
-    )
+    plan = _plan(scenario, steps=steps, groups=groups, group_size=group_size, seed=seed, onset_step=onset_step)
     if row_group_steps is None:
         chunk_steps = _default_chunk_steps(plan)
     else:

@@ -34,9 +34,7 @@ def make_table(
         values = rng.integers(0, 2, n) if k == 0 else rng.random(n)
         columns[f"reward/{name}"] = values.astype(np.float32)
     if text:
-        columns["prompt"] = [
-            f"prompt {s}-{g}" for s, g in zip(columns["step"], columns["group_id"], strict=True)
-        ]
+        columns["prompt"] = [f"prompt {s}-{g}" for s, g in zip(columns["step"], columns["group_id"], strict=True)]
         columns["completion"] = [f"completion {i}" for i in range(n)]
     return pa.table(columns)
 

@@ -46,9 +46,7 @@ def ragged_shuffled(seed: int, n_steps: int = 4):
 def test_cuda_matches_cpu(convention, scale, seed):
     rewards, group, step = ragged_shuffled(seed)
     weights = torch.tensor([1.0, 0.5, 2.0, 0.25])
-    cpu = compute_advantages(
-        rewards, group, weights=weights, step_index=step, scale=scale, convention=convention
-    )
+    cpu = compute_advantages(rewards, group, weights=weights, step_index=step, scale=scale, convention=convention)
     gpu = compute_advantages(
         rewards.cuda(),
         group.cuda(),

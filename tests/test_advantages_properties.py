@@ -45,9 +45,7 @@ def batches(draw, *, min_size: int = 1, max_size: int = 6, max_groups: int = 6, 
 
 
 def advantages(rewards, group, step, weights, scale, convention):
-    return compute_advantages(
-        rewards, group, weights=weights, step_index=step, scale=scale, convention=convention
-    )
+    return compute_advantages(rewards, group, weights=weights, step_index=step, scale=scale, convention=convention)
 
 
 def close(got: torch.Tensor, expected: torch.Tensor, atol: float = 1e-5) -> None:

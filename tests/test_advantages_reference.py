@@ -296,10 +296,7 @@ def test_engine_matches_trl_literal_per_step(scale):
     group = np.arange(rewards.shape[0]) // group_size
     step = np.arange(rewards.shape[0]) // (group_size * n_groups)
     expected_grpo = np.concatenate(
-        [
-            trl_sum_then_normalize_literal(b.astype(np.float64), weights, group_size, scale, 1e-4)
-            for b in blocks
-        ]
+        [trl_sum_then_normalize_literal(b.astype(np.float64), weights, group_size, scale, 1e-4) for b in blocks]
     )
     expected_gdpo = np.concatenate(
         [trl_normalize_then_sum_literal(b.astype(np.float64), weights, group_size, 1e-4)[0] for b in blocks]
@@ -346,9 +343,7 @@ def test_individual_functions_match_reference(convention):
     check(group_zscores(r, g, convention=convention), expected_z, "group_zscores")
     check(gdpo_advantages(r, g, weights=w, step_index=s, convention=convention), expected_gdpo, "gdpo")
     for scale in SCALES:
-        expected_grpo, _, _ = reference(
-            rewards.astype(np.float64), list(group), list(step), weights, scale, convention
-        )
+        expected_grpo, _, _ = reference(rewards.astype(np.float64), list(group), list(step), weights, scale, convention)
         got = grpo_advantages(r, g, weights=w, step_index=s, scale=scale, convention=convention)
         check(got, expected_grpo, f"grpo scale={scale}")
 
@@ -492,9 +487,7 @@ def test_zscores_nan_exactly_where_reward_nan(convention):
     res = run_engine(rewards, group, None, [1.0, 1.0, 1.0], "group", convention)
     z = res.zscores.numpy()
     assert np.array_equal(np.isnan(z), np.isnan(rewards)), f"zscores={z.tolist()}"
-    _, _, expected_z = reference(
-        rewards.astype(np.float64), list(group), None, [1.0] * 3, "group", convention
-    )
+    _, _, expected_z = reference(rewards.astype(np.float64), list(group), None, [1.0] * 3, "group", convention)
     check(res.zscores, expected_z, "zscores")
 
 
@@ -520,9 +513,7 @@ def test_singleton_groups(convention, scale):
         expected_z = np.zeros(2)
     check(res.grpo[singles], expected, f"grpo of singletons, scale={scale}")
     check(res.zscores[singles, 0], expected_z, "zscores of singletons")
-    expected_grpo, expected_gdpo, _ = reference(
-        rewards.astype(np.float64), list(group), None, [1.0], scale, convention
-    )
+    expected_grpo, expected_gdpo, _ = reference(rewards.astype(np.float64), list(group), None, [1.0], scale, convention)
     check(res.grpo, expected_grpo, "grpo")
     check(res.gdpo, expected_gdpo, "gdpo")
 

@@ -45,9 +45,7 @@ def test_writes_advantages_in_input_order(write_table: WriteTable, tmp_path: Pat
     # Same numbers as the engine on each step taken on its own, sorted.
     for step in range(4):
         part = written.filter(pa.compute.equal(written.column("step"), step))
-        rewards = np.stack(
-            [part.column("reward/format").to_numpy(), part.column("reward/correct").to_numpy()], 1
-        )
+        rewards = np.stack([part.column("reward/format").to_numpy(), part.column("reward/correct").to_numpy()], 1)
         expected = compute_advantages(
             torch.from_numpy(rewards),
             torch.tensor(part.column("group_id").to_numpy()),
@@ -55,9 +53,7 @@ def test_writes_advantages_in_input_order(write_table: WriteTable, tmp_path: Pat
         )
         np.testing.assert_allclose(part.column("adv/grpo").to_numpy(), expected.grpo.numpy(), atol=1e-6)
         np.testing.assert_allclose(part.column("adv/gdpo").to_numpy(), expected.gdpo.numpy(), atol=1e-6)
-        np.testing.assert_allclose(
-            part.column("adv/correct").to_numpy(), expected.zscores[:, 1].numpy(), atol=1e-6
-        )
+        np.testing.assert_allclose(part.column("adv/correct").to_numpy(), expected.zscores[:, 1].numpy(), atol=1e-6)
 
 
 def test_known_numbers_and_carried_advantage(write_table: WriteTable, tmp_path: Path) -> None:
@@ -218,6 +214,4 @@ def test_console_script_and_module_entry_points(write_table: WriteTable, tmp_pat
         text=True,
     )
     assert res.returncode == 2
-    assert res.stderr.strip().splitlines() == [
-        f"error: {tmp_path / 'nope.parquet'}: no such file or directory"
-    ]
+    assert res.stderr.strip().splitlines() == [f"error: {tmp_path / 'nope.parquet'}: no such file or directory"]

@@ -26,21 +26,13 @@ def test_simulate_writes_run_with_ground_truth(tmp_path: Path) -> None:
     assert truth["affected_channels"] == ["format"]
     # Same seed, same numbers; the shipped samples are made the same way.
     again = tmp_path / "again.parquet"
-    assert (
-        runner.invoke(app, [*args[:3], str(again), *args[4:], "--group-size", "8", "--seed", "3"]).exit_code
-        == 0
-    )
+    assert runner.invoke(app, [*args[:3], str(again), *args[4:], "--group-size", "8", "--seed", "3"]).exit_code == 0
     assert pq.read_table(again).equals(table)
 
 
 def test_simulated_run_feeds_advantages(tmp_path: Path) -> None:
     run = tmp_path / "run.parquet"
-    assert (
-        runner.invoke(
-            app, ["simulate", "tied-sums", "-o", str(run), "--steps", "5", "--groups", "3"]
-        ).exit_code
-        == 0
-    )
+    assert runner.invoke(app, ["simulate", "tied-sums", "-o", str(run), "--steps", "5", "--groups", "3"]).exit_code == 0
     out = tmp_path / "adv.parquet"
     result = runner.invoke(app, ["advantages", str(run), "-o", str(out)])
     assert result.exit_code == 0, result.output

@@ -47,9 +47,7 @@ def test_reward_column_spellings(write_table: WriteTable, style: str) -> None:
     elif style == "flattened":
         table = base.append_column("rewards.format", fmt).append_column("rewards.correct", cor)
     else:
-        struct = pa.StructArray.from_arrays(
-            [fmt.combine_chunks(), cor.combine_chunks()], ["format", "correct"]
-        )
+        struct = pa.StructArray.from_arrays([fmt.combine_chunks(), cor.combine_chunks()], ["format", "correct"])
         table = base.append_column("rewards", struct)
     run = ParquetRun([write_table(table)])
     assert run.channels == ("format", "correct")
@@ -106,9 +104,7 @@ def test_same_file_twice_is_read_once(write_table: WriteTable, tmp_path: Path) -
     assert resolve_inputs([path, str(tmp_path / "*.parquet")]) == [path]
 
 
-def test_steps_stream_before_the_whole_input_is_read(
-    write_table: WriteTable, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_steps_stream_before_the_whole_input_is_read(write_table: WriteTable, monkeypatch: pytest.MonkeyPatch) -> None:
     """Sorted input: step 0 is handed on after the first batches, and one step is open at a time."""
     monkeypatch.setattr(parquet_io, "BATCH_ROWS", 32)
     run = ParquetRun([write_table(make_table(steps=10), row_group_size=32)])
@@ -200,9 +196,7 @@ def test_warnings_with_counts(write_table: WriteTable) -> None:
         ),
         (lambda t: t.slice(0, 0), InputError, r"the input has no rows"),
         (
-            lambda t: t.set_column(
-                3, "reward/correct", pa.array([np.inf, -np.inf] + [0.5] * (t.num_rows - 2))
-            ),
+            lambda t: t.set_column(3, "reward/correct", pa.array([np.inf, -np.inf] + [0.5] * (t.num_rows - 2))),
             SchemaError,
             r"reward column 'reward/correct' has 2 row\(s\) with \+inf or -inf",
         ),
@@ -257,9 +251,7 @@ def test_null_group_id_is_an_error(write_table: WriteTable) -> None:
     table = make_table()
     group = pa.array([None, *table.column("group_id").to_pylist()[1:]], pa.int64())
     run = ParquetRun([write_table(table.set_column(1, "group_id", group))])
-    with pytest.raises(
-        SchemaError, match=r"group column 'group_id' has 1 empty \(null\) value\(s\) at step 0"
-    ):
+    with pytest.raises(SchemaError, match=r"group column 'group_id' has 1 empty \(null\) value\(s\) at step 0"):
         list(run.iter_steps())
 
 

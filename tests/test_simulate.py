@@ -30,9 +30,7 @@ STEPS, GROUPS, SIZE = 200, 32, 8
 
 @cache
 def _table(scenario: str, seed: int = 0, onset_step: int | None = None) -> pa.Table:
-    batches = simulate_batches(
-        scenario, steps=STEPS, groups=GROUPS, group_size=SIZE, seed=seed, onset_step=onset_step
-    )
+    batches = simulate_batches(scenario, steps=STEPS, groups=GROUPS, group_size=SIZE, seed=seed, onset_step=onset_step)
     return pa.Table.from_batches(list(batches))
 
 
@@ -82,9 +80,7 @@ def test_row_groups_change_the_layout_not_the_values(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("scenario", SCENARIOS)
 def test_schema_metadata_and_layout(tmp_path: Path, scenario: str) -> None:
-    summary = write_simulation(
-        tmp_path / f"{scenario}.parquet", scenario, steps=12, groups=6, group_size=8, seed=5
-    )
+    summary = write_simulation(tmp_path / f"{scenario}.parquet", scenario, steps=12, groups=6, group_size=8, seed=5)
     assert isinstance(summary, SimulationSummary)
     assert summary.rows == 12 * 6 * 8
     assert summary.steps == 12
@@ -298,9 +294,7 @@ def test_invalid_options_raise_usage_error(scenario: str, options: dict[str, Any
 
 def test_invalid_row_group_steps(tmp_path: Path) -> None:
     with pytest.raises(UsageError, match="row-group-steps"):
-        write_simulation(
-            tmp_path / "x.parquet", "healthy", steps=2, groups=2, group_size=4, row_group_steps=0
-        )
+        write_simulation(tmp_path / "x.parquet", "healthy", steps=2, groups=2, group_size=4, row_group_steps=0)
     assert list(tmp_path.iterdir()) == []
 
 
@@ -309,9 +303,7 @@ def test_write_into_missing_folder_is_an_output_error(tmp_path: Path) -> None:
         write_simulation(tmp_path / "nope" / "x.parquet", "healthy", steps=2, groups=2, group_size=4)
 
 
-def test_failed_write_leaves_the_old_file_and_no_temporary(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_failed_write_leaves_the_old_file_and_no_temporary(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     target = tmp_path / "run.parquet"
     target.write_bytes(b"previous")
     real = simulate._chunk_columns
@@ -335,7 +327,5 @@ SAMPLE_LOGS = Path(__file__).resolve().parents[1] / "sample_logs"
 def test_sample_logs_match_the_generator(scenario: str) -> None:
     """sample_logs/README.md documents how these files are made; they must not go stale."""
     shipped = pq.read_table(SAMPLE_LOGS / f"{scenario}.parquet")
-    fresh = pa.Table.from_batches(
-        list(simulate_batches(scenario, steps=200, groups=16, group_size=8, seed=0))
-    )
+    fresh = pa.Table.from_batches(list(simulate_batches(scenario, steps=200, groups=16, group_size=8, seed=0)))
     assert shipped.equals(fresh, check_metadata=True)

@@ -171,9 +171,7 @@ class IngestNotes:
                 "their last block is a smaller group"
             )
         if self.duplicate_rows:
-            out.append(
-                f"{self.duplicate_rows} duplicate row(s): same step, group and completion text as another row"
-            )
+            out.append(f"{self.duplicate_rows} duplicate row(s): same step, group and completion text as another row")
         return out
 
 
@@ -291,9 +289,7 @@ class ParquetRun:
                 for step in done:
                     yield self._assemble(step, pending.pop(step), path)
 
-    def _assemble(
-        self, step: int, parts: list[tuple[np.ndarray, pa.RecordBatch]], path: Path
-    ) -> RolloutBatch:
+    def _assemble(self, step: int, parts: list[tuple[np.ndarray, pa.RecordBatch]], path: Path) -> RolloutBatch:
         cols = self.columns
         row_ids = np.concatenate([ids for ids, _ in parts])
         table = pa.Table.from_batches([b for _, b in parts]).combine_chunks()
@@ -325,8 +321,7 @@ class ParquetRun:
             keys = table.column(cols.group).combine_chunks()
             if keys.null_count:
                 raise SchemaError(
-                    f"{path}: group column {cols.group!r} has {keys.null_count} empty (null) value(s) at "
-                    f"step {step}",
+                    f"{path}: group column {cols.group!r} has {keys.null_count} empty (null) value(s) at step {step}",
                     hint="fill the group ids, or pass --group-size N for consecutive blocks",
                 )
             return keys, dense_codes(keys)

@@ -1,0 +1,26 @@
+"""The detector registry: importing this package registers every detector family."""
+
+from collapse_doctor.detectors import channels, resolution, shape, signal
+from collapse_doctor.detectors.base import (
+    REGISTRY,
+    DetectionContext,
+    Detector,
+    Finding,
+    Severity,
+    explain_sections,
+    register,
+)
+
+__all__ = [
+    "REGISTRY",
+    "DetectionContext",
+    "Detector",
+    "Finding",
+    "Severity",
+    "channels",
+    "explain_sections",
+    "register",
+    "resolution",
+    "shape",
+    "signal",
+]

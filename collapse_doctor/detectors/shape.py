@@ -1,0 +1,246 @@
+"""CD2xx: the distribution of advantages, recomputed and logged."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import ClassVar
+
+import numpy as np
+
+from collapse_doctor.detectors.base import DetectionContext, Detector, Finding, Severity, register
+from collapse_doctor.detectors.remedies import GDPO_SWITCH, nanmedian
+
+BIMODALITY_CUTOFF = 5 / 9
+"""Sarle's bimodality coefficient of a uniform distribution; above it suggests two modes."""
+
+
+@register
+class AdvantageShape(Detector):
+    """Outlier-dominated groups, bimodal or heavy-tailed advantages (advantage shape).
+
+    What it detects
+        Three shapes of the advantage distribution, each over a sustained stretch of steps:
+        outlier-dominated groups (the most extreme completion's combined reward lies more than 8
+        standard deviations of the rest of its group away from them, while the rest still differ);
+        a bimodal batch distribution (Sarle's bimodality coefficient above its cutoff on advantages
+        that take many distinct values); heavy tails (excess kurtosis above the threshold). Group
+        z-scores are bounded by (n-1)/sqrt(n), so heavy tails in recomputed advantages show up as
+        outlier-dominated groups rather than as large values. Few-valued advantages (binary rewards)
+        are bimodal by construction and are not judged on bimodality.
+
+    Why it matters
+        In an outlier-dominated group one completion takes almost all of the group's advantage and
+        the others are squeezed into a narrow band near one value: the policy learns "be the outlier"
+        and nothing about the differences among the rest. A bimodal distribution usually means one
+        coarse channel decides the sign of every advantage.
+
+    Evidence
+        Share of outlier-dominated groups, the spread (std) of the remaining completions' advantages
+        in those groups under GRPO and GDPO, bimodality coefficient, excess kurtosis, distinct-value
+        ratio.
+
+    Remedy
+        Clip or rescale the channel that produces the extreme rewards (or cap it with a bounded
+        transform), inspect the outlier completions, or switch to GDPO, whose per-channel
+        normalisation bounds each channel's say in the group.
+    """
+
+    code = "CD201"
+    name = "advantage shape"
+    default_severity = Severity.WARNING
+    thresholds: ClassVar[Mapping[str, float]] = {
+        "outlier_share": 0.05,
+        "outlier_share_critical": 0.2,
+        "bimodality": 0.7,
+        "min_distinct_ratio": 0.9,
+        "excess_kurtosis": 3.0,
+    }
+
+    def detect(self, ctx: DetectionContext) -> list[Finding]:
+        series = ctx.series
+        alg = ctx.algorithm
+        findings = []
+        share = ctx.smooth_rate(series["outlier_group_share"])
+        stretch = ctx.sustained(share > ctx.threshold(self.code, "outlier_share"))
+        if stretch is not None:
+            window = slice(stretch[0], stretch[1] + 1)
+            level = nanmedian(series["outlier_group_share"][window])
+            rest_grpo = nanmedian(series["outlier_rest_std_grpo"][window])
+            rest_gdpo = nanmedian(series["outlier_rest_std_gdpo"][window])
+            critical = level > ctx.threshold(self.code, "outlier_share_critical")
+            findings.append(
+                Finding(
+                    code=self.code,
+                    severity=Severity.CRITICAL if critical else Severity.WARNING,
+                    title="outlier completions dominate their groups",
+                    message=(
+                        f"in {level:.0%} of groups one completion's reward lies far outside the rest of its "
+                        f"group; the rest are squeezed to an advantage spread of {rest_grpo:.2f} under GRPO "
+                        f"({rest_gdpo:.2f} under GDPO)."
+                    ),
+                    onset_step=int(series.steps[stretch[0]]),
+                    step_range=ctx.step_range(stretch),
+                    evidence={
+                        "outlier_group_share": level,
+                        "rest_advantage_std_grpo": rest_grpo,
+                        "rest_advantage_std_gdpo": rest_gdpo,
+                        "excess_kurtosis": nanmedian(series[f"adv_kurtosis_{alg}"][window]),
+                    },
+                    remedy=(
+                        "clip or squash the channel with extreme rewards (e.g. tanh or a cap), inspect the "
+                        f"outlier completions with `collapse-doctor advantages`, or {GDPO_SWITCH}"
+                    ),
+                    gdpo_resolves=bool(rest_gdpo > 2 * rest_grpo),
+                )
+            )
+        bimodal = ctx.smooth(series[f"adv_bimodality_{alg}"])
+        distinct = ctx.smooth(series[f"distinct_ratio_{alg}"])
+        condition = (bimodal > ctx.threshold(self.code, "bimodality")) & (
+            distinct >= ctx.threshold(self.code, "min_distinct_ratio")
+        )
+        stretch = ctx.sustained(condition)
+        if stretch is not None:
+            window = slice(stretch[0], stretch[1] + 1)
+            other = "gdpo" if alg == "grpo" else "grpo"
+            value = nanmedian(series[f"adv_bimodality_{alg}"][window])
+            value_other = nanmedian(series[f"adv_bimodality_{other}"][window])
+            findings.append(
+                Finding(
+                    code=self.code,
+                    severity=Severity.WARNING,
+                    title="advantages split into two modes",
+                    message=(
+                        f"the batch distribution of {alg.upper()} advantages is bimodal (bimodality coefficient "
+                        f"{value:.2f} > {ctx.threshold(self.code, 'bimodality'):.2f}; {other.upper()}: "
+                        f"{value_other:.2f}): one coarse signal decides most advantage signs."
+                    ),
+                    onset_step=int(series.steps[stretch[0]]),
+                    step_range=ctx.step_range(stretch),
+                    evidence={f"bimodality_{alg}": value, f"bimodality_{other}": value_other},
+                    remedy=f"see which channel dominates (CD402) and rebalance its weight, or {GDPO_SWITCH}",
+                    gdpo_resolves=bool(alg == "grpo" and value_other <= ctx.threshold(self.code, "bimodality")),
+                )
+            )
+        kurt = ctx.smooth(series[f"adv_kurtosis_{alg}"])
+        stretch = ctx.sustained(kurt > ctx.threshold(self.code, "excess_kurtosis"))
+        if stretch is not None:
+            window = slice(stretch[0], stretch[1] + 1)
+            value = nanmedian(series[f"adv_kurtosis_{alg}"][window])
+            findings.append(
+                Finding(
+                    code=self.code,
+                    severity=Severity.WARNING,
+                    title="heavy-tailed advantages",
+                    message=f"excess kurtosis of the advantages is {value:.1f}: a few completions carry the update.",
+                    onset_step=int(series.steps[stretch[0]]),
+                    step_range=ctx.step_range(stretch),
+                    evidence={"excess_kurtosis": value},
+                    remedy="inspect the extreme completions and clip the channel that produces them",
+                    gdpo_resolves=None,
+                )
+            )
+        return findings
+
+
+@register
+class AdvantageBound(Detector):
+    """Logged advantages beyond the group z-score bound or unlike any recomputation (advantage bound).
+
+    What it detects
+        Compares the advantage column the trainer logged with what collapse-doctor recomputes from
+        the logged rewards. With group size n, a group z-score satisfies |A| <= (n-1)/sqrt(n) (2.47
+        for n = 8); the detector fires when a share of logged advantages exceeds that bound, or when
+        the logged values match none of GRPO (group, batch or no scaling) and GDPO.
+
+    Why it matters
+        A logged advantage beyond the bound means the trainer did not use the group statistics it
+        claims: stale or asynchronous reward windows, a broken epsilon, batch scaling, rewards
+        changed after the advantage was computed. Either the log or the training is wrong, and every
+        other diagnosis of the run rests on it.
+
+    Evidence
+        Share of logged advantages beyond the bound, the largest |A| logged and the bound, the mean
+        absolute difference from each recomputation (GRPO group/batch/none, GDPO).
+
+    Remedy
+        Check that advantages are computed from the same rewards and groups that are logged (no
+        off-by-one step, no asynchronous reward window), the scale_rewards and
+        multi_objective_aggregation settings, and that num_generations matches the group size.
+    """
+
+    code = "CD202"
+    name = "advantage bound"
+    default_severity = Severity.WARNING
+    requires = ("rollouts", "logged_advantage")
+    thresholds: ClassVar[Mapping[str, float]] = {
+        "beyond_share": 0.01,
+        "beyond_share_critical": 0.1,
+        "mismatch_mae": 0.05,
+    }
+
+    def detect(self, ctx: DetectionContext) -> list[Finding]:
+        series = ctx.series
+        findings = []
+        beyond = ctx.smooth_rate(series["logged_beyond_bound_share"])
+        stretch = ctx.sustained(beyond > ctx.threshold(self.code, "beyond_share"))
+        candidates = ("grpo", "grpo_batch", "grpo_none", "gdpo")
+        maes = {c: nanmedian(series[f"logged_mae_{c}"]) for c in candidates}
+        best = min(maes, key=lambda c: maes[c] if np.isfinite(maes[c]) else np.inf)
+        if stretch is not None:
+            window = slice(stretch[0], stretch[1] + 1)
+            level = nanmedian(series["logged_beyond_bound_share"][window])
+            findings.append(
+                Finding(
+                    code=self.code,
+                    severity=(
+                        Severity.CRITICAL
+                        if level > ctx.threshold(self.code, "beyond_share_critical")
+                        else Severity.WARNING
+                    ),
+                    title="logged advantages exceed the group z-score bound",
+                    message=(
+                        f"{level:.1%} of logged advantages exceed (n-1)/sqrt(n) = "
+                        f"{nanmedian(series['logged_bound'][window]):.2f} (largest |A| "
+                        f"{float(np.nanmax(series['logged_abs_max'][window])):.2f}): the trainer did not use "
+                        "plain group statistics."
+                    ),
+                    onset_step=int(series.steps[stretch[0]]),
+                    step_range=ctx.step_range(stretch),
+                    evidence={
+                        "beyond_bound_share": level,
+                        "logged_abs_max": float(np.nanmax(series["logged_abs_max"][window])),
+                        "bound": nanmedian(series["logged_bound"][window]),
+                        **{f"mae_{c}": maes[c] for c in candidates},
+                    },
+                    remedy=(
+                        "check scale_rewards / multi_objective_aggregation, that num_generations equals the "
+                        "group size, and that rewards are not recomputed after the advantages (async windows)"
+                    ),
+                    gdpo_resolves=None,
+                )
+            )
+        best_series = np.nanmin(np.stack([series[f"logged_mae_{c}"] for c in candidates]), axis=0)
+        stretch = ctx.sustained(ctx.smooth(best_series) > ctx.threshold(self.code, "mismatch_mae"))
+        if stretch is not None:
+            window = slice(stretch[0], stretch[1] + 1)
+            findings.append(
+                Finding(
+                    code=self.code,
+                    severity=Severity.WARNING,
+                    title="logged advantages match no recomputation",
+                    message=(
+                        f"logged advantages differ from every recomputation from the logged rewards; the "
+                        f"closest is {best} with a mean absolute difference of "
+                        f"{nanmedian(best_series[window]):.3f}."
+                    ),
+                    onset_step=int(series.steps[stretch[0]]),
+                    step_range=ctx.step_range(stretch),
+                    evidence={f"mae_{c}": maes[c] for c in candidates},
+                    remedy=(
+                        "check that the logged rewards and groups are the ones the advantages were computed "
+                        "from, and pass --weights with the trainer's reward_weights"
+                    ),
+                    gdpo_resolves=None,
+                )
+            )
+        return findings

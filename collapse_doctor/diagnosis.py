@@ -1,0 +1,304 @@
+"""``diagnose(paths) -> Diagnosis``: read a run, recompute advantages, reduce to series, run detectors.
+
+This is the library behind ``collapse-doctor scan``; the CLI only renders what it returns.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from collapse_doctor.config import Config, check_fail_on, load_config
+from collapse_doctor.detectors import REGISTRY, DetectionContext, Finding, Severity
+from collapse_doctor.detectors.base import select
+from collapse_doctor.errors import UsageError
+from collapse_doctor.series import RunSeries, SeriesBuilder
+
+ALGORITHMS = ("auto", "grpo", "gdpo")
+ALGO_MATCH_MAE = 0.01
+"""Logged advantages within this mean absolute difference of a recomputation identify the algorithm."""
+VERDICTS = {"healthy": "HEALTHY", "at_risk": "AT RISK", "collapsed": "COLLAPSED"}
+JSON_FORMAT_VERSION = 1
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    """What was read: sizes, channels, weights and the aggregation the run used."""
+
+    sources: tuple[str, ...]
+    steps: int
+    rollouts: int
+    groups: int
+    group_size_min: int
+    group_size_max: int
+    first_step: int | None
+    last_step: int | None
+    channels: tuple[str, ...]
+    weights: dict[str, float]
+    algorithm: str
+    algorithm_source: str
+    logged_advantage: bool
+    device: str
+    warnings: tuple[str, ...] = ()
+    ground_truth: dict[str, Any] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "sources": list(self.sources),
+            "steps": self.steps,
+            "rollouts": self.rollouts,
+            "groups": self.groups,
+            "group_size": {"min": self.group_size_min, "max": self.group_size_max},
+            "step_range": [self.first_step, self.last_step],
+            "channels": list(self.channels),
+            "weights": self.weights,
+            "algorithm": self.algorithm,
+            "algorithm_source": self.algorithm_source,
+            "logged_advantage": self.logged_advantage,
+            "warnings": list(self.warnings),
+        }
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    """The result of a scan: verdict, findings (most severe first), run summary and per-step series."""
+
+    verdict: str
+    findings: tuple[Finding, ...]
+    run: RunSummary
+    series: RunSeries
+    detectors: tuple[str, ...]
+    skipped: dict[str, str] = field(default_factory=dict)
+    config: Config = field(default_factory=Config)
+    seconds: float = 0.0
+
+    def failing(self, fail_on: str | None = None) -> list[Finding]:
+        """Findings at or above ``fail_on`` (crashed detectors always count, except with ``never``)."""
+        level = check_fail_on(fail_on or self.config.fail_on)
+        if level == "never":
+            return []
+        threshold = Severity[level.upper()]
+        return [f for f in self.findings if f.severity >= threshold]
+
+    def exit_code(self, fail_on: str | None = None) -> int:
+        return 1 if self.failing(fail_on) else 0
+
+    def channel_table(self) -> list[dict[str, Any]]:
+        """Per channel: weight, rel_gain early peak -> now, variance share, constant-group share."""
+        series = self.series
+        rows = []
+        n = series.num_steps
+        tail = slice(max(0, n - max(1, n // 10)), n)
+        for k, channel in enumerate(series.channels):
+            rel = series["rel_gain"][:, k]
+            finite = np.isfinite(rel)
+            peak = float(np.nanmax(rel)) if finite.any() else float("nan")
+            peak_step = int(series.steps[int(np.nanargmax(np.where(finite, rel, -np.inf)))]) if finite.any() else None
+            rows.append(
+                {
+                    "channel": channel,
+                    "weight": self.run.weights.get(channel, 1.0),
+                    "rel_gain_peak": peak,
+                    "rel_gain_peak_step": peak_step,
+                    "rel_gain_now": _median(rel[tail]),
+                    "signal_share_grpo": _median(series["signal_share_grpo"][tail, k]),
+                    "signal_share_gdpo": _median(series["signal_share_gdpo"][tail, k]),
+                    "zero_variance_share": _median(series["channel_zero_var_share"][tail, k]),
+                    "reward_mean": _median(series["reward_mean"][tail, k]),
+                }
+            )
+        return rows
+
+    def to_dict(self, *, include_series: bool = True) -> dict[str, Any]:
+        from collapse_doctor.detectors.base import _plain
+
+        out: dict[str, Any] = {
+            "format_version": JSON_FORMAT_VERSION,
+            "verdict": self.verdict,
+            "fail_on": self.config.fail_on,
+            "exit_code": self.exit_code(),
+            "run": _plain(self.run.to_dict()),
+            "channels": _plain(self.channel_table()),
+            "detectors": {
+                code: {"name": REGISTRY[code].name, "status": "skipped" if code in self.skipped else "ran"}
+                | ({"reason": self.skipped[code]} if code in self.skipped else {})
+                for code in self.detectors
+            },
+            "findings": [f.to_dict() for f in self.findings],
+        }
+        if include_series:
+            out["series"] = self.series.to_json()
+        return out
+
+    def to_json(self, *, include_series: bool = True, indent: int | None = 2) -> str:
+        return json.dumps(self.to_dict(include_series=include_series), indent=indent, allow_nan=False)
+
+
+def _median(values: np.ndarray) -> float:
+    from collapse_doctor.detectors.remedies import nanmedian
+
+    return nanmedian(values)
+
+
+def verdict_of(findings: Sequence[Finding]) -> str:
+    """``collapsed`` with a critical finding, ``at_risk`` with a warning, else ``healthy``."""
+    levels = {f.severity for f in findings}
+    if Severity.CRITICAL in levels:
+        return "collapsed"
+    if Severity.WARNING in levels:
+        return "at_risk"
+    return "healthy"
+
+
+def _detect_algorithm(series: RunSeries, algo: str) -> tuple[str, str]:
+    if algo != "auto":
+        return algo, "--algo"
+    if "logged_mae_grpo" not in series:
+        return "unknown", "no logged advantage column"
+    candidates = {
+        name: float(np.nanmean(series[f"logged_mae_{name}"])) for name in ("grpo", "grpo_batch", "grpo_none", "gdpo")
+    }
+    best = min(candidates, key=lambda k: candidates[k] if np.isfinite(candidates[k]) else np.inf)
+    if candidates[best] <= ALGO_MATCH_MAE:
+        scale = {"grpo": "group", "grpo_batch": "batch", "grpo_none": "none"}.get(best)
+        label = "gdpo" if best == "gdpo" else "grpo"
+        detail = f"logged advantages match {label.upper()}" + (f" (scale {scale})" if scale else "")
+        return label, detail
+    return "unknown", f"logged advantages match no recomputation (closest: {best}, {candidates[best]:.3g})"
+
+
+def run_detectors(ctx: DetectionContext, codes: Sequence[str]) -> tuple[list[Finding], dict[str, str]]:
+    """Run the selected detectors; a crash becomes an ``error`` finding and the others go on."""
+    findings: list[Finding] = []
+    skipped: dict[str, str] = {}
+    for code in codes:
+        detector = REGISTRY[code]
+        if "logged_advantage" in detector.requires and not ctx.run.logged_advantage:
+            skipped[code] = "needs a logged 'advantage' column"
+            continue
+        try:
+            found = detector().detect(ctx)
+        except Exception as exc:  # a broken detector must not hide the others' findings
+            found = [
+                Finding(
+                    code=code,
+                    severity=Severity.ERROR,
+                    title=f"detector {code} crashed",
+                    message=f"{type(exc).__name__}: {' '.join(str(exc).split())}",
+                    remedy="report this with the input file; the other detectors ran",
+                )
+            ]
+        override = ctx.config.severity.get(code)
+        if override:
+            level = Severity[override.upper()]
+            found = [replace(f, severity=level) if f.severity != Severity.ERROR else f for f in found]
+        findings.extend(found)
+    findings.sort(key=lambda f: (-int(f.severity), f.code, f.onset_step if f.onset_step is not None else -1))
+    return findings, skipped
+
+
+def diagnose(
+    paths: Sequence[str | Path],
+    *,
+    weights: dict[str, float] | None = None,
+    algo: str = "auto",
+    config: Config | str | Path | None = None,
+    fail_on: str | None = None,
+    only: Sequence[str] | None = None,
+    ignore: Sequence[str] | None = None,
+    device: str = "auto",
+    step_col: str | None = None,
+    group_col: str | None = None,
+    reward_cols: Sequence[str] | None = None,
+    group_size: int | None = None,
+    on_progress: Callable[[int, int], None] | None = None,
+) -> Diagnosis:
+    """Scan a run: ingest, recompute GRPO/GDPO advantages, reduce per step, run detectors.
+
+    ``config`` is a :class:`Config`, a config file path, or ``None`` (discover a ``collapse-doctor.toml``
+    or ``pyproject.toml`` walking up from the first input). Explicit options override the config.
+    """
+    from collapse_doctor.advantages import compute_advantages, resolve_device
+    from collapse_doctor.batching import chunk_steps, stack_chunk
+    from collapse_doctor.io.parquet import ParquetRun, resolve_inputs
+    from collapse_doctor.stats import ChunkInput, channel_pairs, step_statistics
+
+    if algo not in ALGORITHMS:
+        raise UsageError(f"--algo {algo!r} is not one of {', '.join(ALGORITHMS)}")
+    started = time.perf_counter()
+    files = resolve_inputs(paths)
+    if not isinstance(config, Config):
+        config = load_config(files, config)
+    overrides: dict[str, Any] = {}
+    if fail_on is not None:
+        overrides["fail_on"] = check_fail_on(fail_on)
+    if only:
+        overrides["only"] = tuple(only)
+    if ignore:
+        overrides["ignore"] = tuple(config.ignore) + tuple(ignore)
+    config = replace(config, **overrides)
+    codes = select(None, config.only or None, config.ignore or None)
+    dev = str(resolve_device(device))
+
+    run = ParquetRun(
+        files,
+        step_col=step_col,
+        group_col=group_col,
+        reward_cols=reward_cols,
+        group_size=group_size,
+        weights=weights,
+    )
+    channels = run.channels
+    builder = SeriesBuilder(channels, channel_pairs(channels))
+    done = 0
+    for chunk in chunk_steps(run.iter_steps()):
+        stacked = stack_chunk(chunk)
+        rewards, group_index, step_index, weight_t, logged = stacked.tensors(channels, run.weights, dev)
+        adv = compute_advantages(rewards, group_index, weights=weight_t, step_index=step_index)
+        stats = step_statistics(
+            ChunkInput(rewards, group_index, step_index, weight_t, adv, stacked.num_groups, len(chunk), logged)
+        )
+        builder.add(stacked.steps, {k: v.cpu().numpy() for k, v in stats.items()})
+        done += len(stacked.rewards)
+        if on_progress is not None:
+            on_progress(done, run.num_rows)
+    series = builder.build()
+
+    algorithm, source = _detect_algorithm(series, algo)
+    sizes = run.notes.group_sizes
+    summary = RunSummary(
+        sources=tuple(str(f) for f in run.files),
+        steps=series.num_steps,
+        rollouts=run.num_rows,
+        groups=int(sum(sizes.values())),
+        group_size_min=int(min(sizes)) if sizes else 0,
+        group_size_max=int(max(sizes)) if sizes else 0,
+        first_step=int(series.steps[0]) if series.num_steps else None,
+        last_step=int(series.steps[-1]) if series.num_steps else None,
+        channels=channels,
+        weights=run.weights,
+        algorithm=algorithm,
+        algorithm_source=source,
+        logged_advantage=run.columns.advantage is not None,
+        device=dev,
+        warnings=tuple(run.notes.warnings()),
+        ground_truth=run.ground_truth,
+    )
+    ctx = DetectionContext(run=summary, series=series, config=config)
+    findings, skipped = run_detectors(ctx, codes)
+    return Diagnosis(
+        verdict=verdict_of(findings),
+        findings=tuple(findings),
+        run=summary,
+        series=series,
+        detectors=tuple(codes),
+        skipped=skipped,
+        config=config,
+        seconds=time.perf_counter() - started,
+    )

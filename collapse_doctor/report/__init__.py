@@ -1,0 +1,1 @@
+"""Renderers: each reads only a Diagnosis (text, JSON, JUnit, GitHub annotations, Markdown)."""

@@ -1,0 +1,150 @@
+"""CI outputs of a Diagnosis: JUnit XML, GitHub workflow annotations, a Markdown summary."""
+
+from __future__ import annotations
+
+import math
+from xml.etree import ElementTree as ET
+
+from collapse_doctor.detectors import REGISTRY, Finding, Severity
+from collapse_doctor.diagnosis import VERDICTS, Diagnosis
+
+
+def _cases(diagnosis: Diagnosis) -> list[tuple[str, str, list[Finding]]]:
+    """(code, case name, findings) per detector, and per channel (or pair) for per-channel detectors."""
+    cases: list[tuple[str, str, list[Finding]]] = []
+    series = diagnosis.series
+    for code in diagnosis.detectors:
+        detector = REGISTRY[code]
+        found = [f for f in diagnosis.findings if f.code == code]
+        base = f"{code} {detector.name}"
+        if detector.per_channel and code not in diagnosis.skipped:
+            targets = [" / ".join(p) for p in series.pairs] if code == "CD401" else list(series.channels)
+            crashed = [f for f in found if f.severity == Severity.ERROR]
+            for target in targets:
+                names = target.split(" / ")
+                mine = [f for f in found if f.channels and f.channels[: len(names)] == tuple(names)]
+                cases.append((code, f"{base} [{target}]", mine + crashed))
+        else:
+            cases.append((code, base, found))
+    return cases
+
+
+def junit_xml(diagnosis: Diagnosis) -> str:
+    """One testcase per detector (and channel where it applies): failure at or above fail-on, error on crash."""
+    failing = {id(f) for f in diagnosis.failing()}
+    suite = ET.Element("testsuite", name="collapse-doctor", timestamp="", hostname="")
+    tests = failures = errors = skipped = 0
+    for code, name, found in _cases(diagnosis):
+        case = ET.SubElement(suite, "testcase", classname=f"collapse-doctor.{code}", name=name, time="0")
+        tests += 1
+        if code in diagnosis.skipped:
+            ET.SubElement(case, "skipped", message=diagnosis.skipped[code])
+            skipped += 1
+            continue
+        crashed = [f for f in found if f.severity == Severity.ERROR]
+        if crashed:
+            errors += 1
+            element = ET.SubElement(case, "error", message=crashed[0].title, type="DetectorError")
+            element.text = crashed[0].message
+            continue
+        bad = [f for f in found if id(f) in failing]
+        if bad:
+            failures += 1
+            worst = bad[0]
+            element = ET.SubElement(
+                case, "failure", message=f"{worst.severity.label}: {worst.title}", type=worst.severity.label
+            )
+            element.text = "\n".join(_describe(f) for f in bad)
+        elif found:
+            ET.SubElement(case, "system-out").text = "\n".join(_describe(f) for f in found)
+    suite.set("tests", str(tests))
+    suite.set("failures", str(failures))
+    suite.set("errors", str(errors))
+    suite.set("skipped", str(skipped))
+    suite.set("time", f"{diagnosis.seconds:.3f}")
+    ET.indent(suite)
+    return '<?xml version="1.0" encoding="utf-8"?>\n' + ET.tostring(suite, encoding="unicode") + "\n"
+
+
+def _describe(finding: Finding) -> str:
+    where = f" (onset step {finding.onset_step})" if finding.onset_step is not None else ""
+    return f"{finding.code} {finding.severity.label}{where}: {finding.message} Remedy: {finding.remedy}"
+
+
+def _escape_property(text: str) -> str:
+    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A").replace(":", "%3A").replace(",", "%2C")
+
+
+def _escape_data(text: str) -> str:
+    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+
+
+def github_annotations(diagnosis: Diagnosis) -> str:
+    """GitHub Actions workflow commands: ::error for failing findings, ::warning / ::notice for the rest."""
+    failing = {id(f) for f in diagnosis.failing()}
+    source = diagnosis.run.sources[0] if diagnosis.run.sources else ""
+    lines = []
+    for finding in diagnosis.findings:
+        if id(finding) in failing:
+            command = "error"
+        elif finding.severity >= Severity.WARNING:
+            command = "warning"
+        else:
+            command = "notice"
+        title = _escape_property(f"{finding.code} {finding.title}")
+        body = _escape_data(f"{finding.message} Remedy: {finding.remedy}")
+        lines.append(f"::{command} file={_escape_property(source)},title={title}::{body}")
+    verdict = VERDICTS[diagnosis.verdict]
+    lines.append(f"::notice title=collapse-doctor::{verdict}: {len(diagnosis.findings)} finding(s)")
+    return "\n".join(lines) + "\n"
+
+
+def _md(text: str) -> str:
+    """Escape text for a Markdown table cell or paragraph (HTML-escaped, pipes escaped)."""
+    import html
+
+    return html.escape(text, quote=False).replace("|", "\\|").replace("\n", " ")
+
+
+def _fmt(value: float | None) -> str:
+    if value is None or not math.isfinite(value):
+        return "-"
+    return f"{value:.2f}"
+
+
+def markdown_summary(diagnosis: Diagnosis) -> str:
+    """A Markdown summary for $GITHUB_STEP_SUMMARY or a pull-request comment."""
+    run = diagnosis.run
+    icon = {"healthy": "✅", "at_risk": "⚠️", "collapsed": "❌"}[diagnosis.verdict]
+    out = [
+        f"## {icon} collapse-doctor: {VERDICTS[diagnosis.verdict]}",
+        "",
+        f"`{_md(', '.join(run.sources[:3]))}`: {run.steps:,} steps, {run.rollouts:,} rollouts, "
+        f"group size {run.group_size_min}-{run.group_size_max}, algorithm {run.algorithm.upper()}; "
+        f"fail-on `{diagnosis.config.fail_on}`.",
+        "",
+        "| channel | weight | rel_gain peak -> now | variance share GRPO / GDPO | constant groups |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for row in diagnosis.channel_table():
+        share = f"{_fmt(row['signal_share_grpo'])} / {_fmt(row['signal_share_gdpo'])}"
+        out.append(
+            f"| {_md(row['channel'])} | {row['weight']:g} | {_fmt(row['rel_gain_peak'])} -> "
+            f"{_fmt(row['rel_gain_now'])} | {share} | {_fmt(row['zero_variance_share'])} |"
+        )
+    out.append("")
+    if not diagnosis.findings:
+        out.append("No findings.")
+    else:
+        out += [
+            "| severity | code | finding | onset | remedy | GDPO resolves |",
+            "|---|---|---|---:|---|---|",
+        ]
+        for f in diagnosis.findings:
+            resolves = {True: "yes", False: "no", None: "-"}[f.gdpo_resolves]
+            onset = "-" if f.onset_step is None else str(f.onset_step)
+            out.append(
+                f"| {f.severity.label} | {f.code} | **{_md(f.title)}**: {_md(f.message)} | {onset} | "
+                f"{_md(f.remedy)} | {resolves} |"
+            )
+    return "\n".join(out) + "\n"

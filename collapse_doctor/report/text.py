@@ -1,0 +1,164 @@
+"""Terminal rendering of a Diagnosis (rich; plain text when not a terminal or with NO_COLOR)."""
+
+from __future__ import annotations
+
+import math
+import textwrap
+from typing import IO, Any
+
+from rich import box
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from collapse_doctor.detectors import Finding, Severity
+from collapse_doctor.diagnosis import VERDICTS, Diagnosis
+
+_VERDICT_STYLE = {"healthy": "bold green", "at_risk": "bold yellow", "collapsed": "bold red"}
+_SEVERITY_STYLE = {
+    Severity.INFO: "cyan",
+    Severity.WARNING: "yellow",
+    Severity.CRITICAL: "bold red",
+    Severity.ERROR: "bold magenta",
+}
+PLAIN_WIDTH = 110
+
+
+def _num(value: Any, digits: int = 2) -> str:
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.{digits}g}" if abs(value) < 1e-2 and value != 0 else f"{value:.{digits}f}"
+    return str(value)
+
+
+def _pct(value: Any) -> str:
+    if value is None or not math.isfinite(value):
+        return "-"
+    return f"{value:.0%}"
+
+
+def _evidence(finding: Finding) -> str:
+    parts = []
+    for key, value in finding.evidence.items():
+        if isinstance(value, float):
+            parts.append(f"{key}={value:.3g}")
+        elif isinstance(value, dict):
+            inner = ", ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}" for k, v in value.items())
+            parts.append(f"{key}={{{inner}}}")
+        elif isinstance(value, (list, tuple)):
+            parts.append(f"{key}=[{', '.join(map(str, value))}]")
+        else:
+            parts.append(f"{key}={value}")
+    return ", ".join(parts)
+
+
+def _indented(console: Console, text: str, style: str = "") -> Text:
+    """Wrap under a 6-space indent ourselves: rich's wrapping pads lines with trailing spaces."""
+    lines = textwrap.wrap(text, width=max(40, console.width - 1), initial_indent=" " * 6, subsequent_indent=" " * 6)
+    return Text("\n".join(lines), style=style)
+
+
+def render_text(diagnosis: Diagnosis, file: IO[str] | None = None, *, color: bool | None = None) -> None:
+    """Print the verdict, run summary, channel table and findings."""
+    plain = color is False
+    console = Console(
+        file=file,
+        width=PLAIN_WIDTH if plain or (file is not None and not getattr(file, "isatty", lambda: False)()) else None,
+        no_color=plain,
+        force_terminal=None if not plain else False,
+        highlight=False,
+        soft_wrap=False,
+        emoji=False,
+        markup=False,  # channel names and messages come from logs: never interpret them as markup
+    )
+    run = diagnosis.run
+    failing = diagnosis.failing()
+    counts = {s: sum(1 for f in diagnosis.findings if f.severity == s) for s in Severity}
+    summary = ", ".join(f"{n} {s.label}" for s, n in sorted(counts.items(), reverse=True) if n) or "no findings"
+
+    head = Text()
+    head.append(VERDICTS[diagnosis.verdict], style=_VERDICT_STYLE[diagnosis.verdict])
+    head.append(
+        f"  {', '.join(run.sources[:3])}" + (f" (+{len(run.sources) - 3} files)" if len(run.sources) > 3 else "")
+    )
+    console.print(head)
+    console.print(
+        f"{summary}; fail-on {diagnosis.config.fail_on}: "
+        + (f"{len(failing)} failing -> exit 1" if failing else "nothing failing -> exit 0")
+    )
+    console.print()
+
+    console.print(Text("Run", style="bold"))
+    group_size = (
+        str(run.group_size_min)
+        if run.group_size_min == run.group_size_max
+        else f"{run.group_size_min}-{run.group_size_max}"
+    )
+    console.print(
+        f"  steps {run.steps:,} ({run.first_step}-{run.last_step}), rollouts {run.rollouts:,}, "
+        f"groups {run.groups:,}, group size {group_size}"
+    )
+    channels = ", ".join(f"{c} (w={run.weights[c]:g})" for c in run.channels)
+    console.print(f"  channels {channels}")
+    console.print(f"  algorithm {run.algorithm.upper()} ({run.algorithm_source})")
+    for warning in run.warnings:
+        console.print(f"  warning: {warning}", style="yellow")
+    console.print()
+
+    table = Table(
+        title=None,
+        box=box.SIMPLE_HEAD,
+        safe_box=True,
+        show_edge=False,
+        pad_edge=False,
+        header_style="bold",
+    )
+    for name, justify in [
+        ("channel", "left"),
+        ("weight", "right"),
+        ("rel_gain peak -> now", "right"),
+        ("variance share GRPO / GDPO", "right"),
+        ("constant groups", "right"),
+        ("mean reward", "right"),
+    ]:
+        table.add_column(name, justify=justify)  # type: ignore[arg-type]
+    for row in diagnosis.channel_table():
+        peak_at = f" (step {row['rel_gain_peak_step']})" if row["rel_gain_peak_step"] is not None else ""
+        table.add_row(
+            row["channel"],
+            f"{row['weight']:g}",
+            f"{_num(row['rel_gain_peak'])}{peak_at} -> {_num(row['rel_gain_now'])}",
+            f"{_pct(row['signal_share_grpo'])} / {_pct(row['signal_share_gdpo'])}",
+            _pct(row["zero_variance_share"]),
+            _num(row["reward_mean"]),
+        )
+    console.print(Text("Channels (now = median of the last 10% of steps)", style="bold"))
+    console.print(table)
+    console.print()
+
+    console.print(Text(f"Findings ({len(diagnosis.findings)})", style="bold"))
+    if not diagnosis.findings:
+        console.print("  none: no detector found a sustained problem")
+    for finding in diagnosis.findings:
+        line = Text("  ")
+        line.append(f"{finding.severity.label.upper():8s}", style=_SEVERITY_STYLE[finding.severity])
+        line.append(f" {finding.code}  ", style="bold")
+        line.append(finding.title)
+        where = []
+        if finding.onset_step is not None:
+            where.append(f"onset step {finding.onset_step}")
+        if finding.step_range is not None:
+            where.append(f"steps {finding.step_range[0]}-{finding.step_range[1]}")
+        if where:
+            line.append(f"  [{', '.join(where)}]", style="dim")
+        console.print(line)
+        console.print(_indented(console, finding.message))
+        if finding.evidence:
+            console.print(_indented(console, f"evidence: {_evidence(finding)}", style="dim"))
+        if finding.remedy:
+            console.print(_indented(console, f"remedy: {finding.remedy}", style="green"))
+        if finding.gdpo_resolves is not None:
+            console.print(_indented(console, f"GDPO would resolve it: {'yes' if finding.gdpo_resolves else 'no'}"))
+    for code, reason in diagnosis.skipped.items():
+        console.print(f"  skipped {code}: {reason}", style="dim")
