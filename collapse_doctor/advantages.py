@@ -76,71 +76,119 @@ def _check_option(value: str, allowed: tuple[str, ...], option: str) -> None:
         raise UsageError(f"{option} {value!r} is not one of {', '.join(allowed)}")
 
 
+@dataclass(frozen=True)
+class Segments:
+    """A dense segment index (groups or steps) with what every reduction over it reuses.
+
+    Built once per call and shared by all channels: the row count of each segment and the row that
+    opens it (the per-segment shift, see :func:`centered_segments`).
+    """
+
+    index: Tensor
+    size: int
+    rows: Tensor
+    """``[size]`` number of rows in each segment."""
+    first: Tensor
+    """``[size]`` position of one row of each segment (its first), clamped to a valid row."""
+
+    @classmethod
+    def build(cls, index: Tensor, size: int | None = None) -> Segments:
+        index = index.to(torch.int64)
+        n = index.numel()
+        size = int(index.max()) + 1 if size is None and n else int(size or 0)
+        rows = torch.bincount(index, minlength=size)
+        if n and bool((index[1:] >= index[:-1]).all()):
+            first = torch.cumsum(rows, 0) - rows  # sorted rows: segments are contiguous blocks
+        else:
+            positions = torch.arange(n, device=index.device)
+            first = torch.full((size,), n, dtype=torch.int64, device=index.device)
+            first = first.scatter_reduce(0, index, positions, reduce="amin", include_self=True)
+        return cls(index=index, size=size, rows=rows, first=first.clamp(max=max(n - 1, 0)))
+
+
 def centered_segments(
-    values: Tensor, index: Tensor, num_segments: int, *, accumulate: torch.dtype | None = None
+    values: Tensor,
+    index: Tensor | Segments,
+    num_segments: int | None = None,
+    *,
+    accumulate: torch.dtype | None = None,
 ) -> tuple[Tensor, Tensor, Tensor]:
     """Deviation of each value from its segment's mean, plus each segment's count and std (ddof=1).
 
-    NaN values are ignored (their deviation is NaN). Each segment is first shifted by its largest
-    value, so a segment of equal values has deviations and std of exactly 0, and large offsets
-    do not eat float32 precision. ``std`` is NaN for segments with fewer than two values.
+    NaN values are ignored (their deviation is NaN). Each segment is first shifted by one of its own
+    values, so a segment of equal values has deviations and std of exactly 0, and large offsets do
+    not eat float32 precision. ``std`` is NaN for segments with fewer than two values.
 
     >>> dev, count, std = centered_segments(torch.tensor([1.0, 3.0, 5.0, 5.0]), torch.tensor([0, 0, 1, 1]), 2)
     >>> dev.tolist(), count.tolist(), std.tolist()
     ([-1.0, 1.0, 0.0, 0.0], [2.0, 2.0], [1.4142135381698608, 0.0])
     """
+    seg = index if isinstance(index, Segments) else Segments.build(index, num_segments)
+    idx = seg.index
     dtype = accumulate or values.dtype
-    valid = ~torch.isnan(values)
-    neg_inf = torch.full((num_segments,), float("-inf"), dtype=values.dtype, device=values.device)
-    shift = neg_inf.scatter_reduce(
-        0, index, torch.where(valid, values, float("-inf")), reduce="amax", include_self=True
-    )
-    shift = torch.where(torch.isfinite(shift), shift, torch.zeros_like(shift))
-    shifted = torch.where(valid, values - shift[index], torch.zeros_like(values)).to(dtype)
-    zeros = torch.zeros(num_segments, dtype=dtype, device=values.device)
-    count = zeros.scatter_add(0, index, valid.to(dtype))
-    mean = zeros.scatter_add(0, index, shifted) / count
-    deviation = torch.where(valid, shifted - mean[index], torch.full_like(shifted, float("nan")))
-    squares = zeros.scatter_add(0, index, torch.where(valid, deviation * deviation, torch.zeros_like(shifted)))
+    zeros = torch.zeros(seg.size, dtype=dtype, device=values.device)
+    nan = torch.isnan(values)
+    if not bool(nan.any()):
+        # Fast path (no NaN): shift by the segment's first value, counts are the row counts.
+        shifted = (values - values[seg.first][idx]).to(dtype)
+        count = seg.rows.to(dtype)
+        mean = zeros.scatter_add(0, idx, shifted) / count
+        deviation = shifted - mean[idx]
+        squares = zeros.scatter_add(0, idx, deviation * deviation)
+    else:
+        valid = ~nan
+        neg_inf = torch.full((seg.size,), float("-inf"), dtype=values.dtype, device=values.device)
+        shift = neg_inf.scatter_reduce(0, idx, torch.where(valid, values, float("-inf")), reduce="amax")
+        shift = torch.where(torch.isfinite(shift), shift, torch.zeros_like(shift))
+        shifted = torch.where(valid, values - shift[idx], torch.zeros_like(values)).to(dtype)
+        count = zeros.scatter_add(0, idx, valid.to(dtype))
+        mean = zeros.scatter_add(0, idx, shifted) / count
+        deviation = torch.where(valid, shifted - mean[idx], torch.full_like(shifted, float("nan")))
+        squares = zeros.scatter_add(0, idx, torch.where(valid, deviation * deviation, torch.zeros_like(shifted)))
     std = torch.where(count >= 2, (squares / (count - 1)).sqrt(), torch.full_like(count, float("nan")))
     return deviation.to(values.dtype), count, std.to(values.dtype)
 
 
+def _inverse_denominator(std: Tensor, convention: str) -> Tensor:
+    """Per segment 1 / (std + eps), or 0 where that is undefined or zero (no ranking signal)."""
+    denominator = torch.nan_to_num(std, nan=0.0) + _EPS[convention]
+    return torch.where(denominator > 0, 1.0 / denominator.clamp_min(1e-30), torch.zeros_like(denominator))
+
+
 def _normalize(
     values: Tensor,
-    index: Tensor,
-    num_segments: int,
+    seg: Segments,
     convention: str,
     *,
-    scale_by: Tensor | None = None,
+    scale_by: tuple[Segments, Tensor] | None = None,
     divide: bool = True,
     accumulate: torch.dtype | None = None,
 ) -> Tensor:
     """Z-score ``values`` within segments under ``convention``; NaN values map to NaN.
 
-    ``scale_by`` (a std per row) replaces the segment's own std (GRPO's batch scaling).
+    ``scale_by`` = (segments, std per segment) replaces the segment's own std (GRPO's batch scaling).
     """
-    deviation, count, std = centered_segments(values, index, num_segments, accumulate=accumulate)
-    row_std = std[index]
-    if convention == "verl":
+    deviation, count, std = centered_segments(values, seg, accumulate=accumulate)
+    single = count == 1
+    verl_singles = convention == "verl" and bool(single.any())
+    if verl_singles:
         # verl: a segment of one has mean 0 and std 1, so it keeps its raw value.
-        single = count[index] == 1
-        deviation = torch.where(single, values, deviation)
-        row_std = torch.where(single, torch.ones_like(row_std), row_std)
+        deviation = torch.where(single[seg.index], values, deviation)
+        std = torch.where(single, torch.ones_like(std), std)
     if not divide:
         return deviation
-    if scale_by is not None:
-        row_std = scale_by
-    # A std that is undefined (one value) or zero carries no ranking signal: the deviation is 0 there.
-    denominator = torch.nan_to_num(row_std, nan=0.0) + _EPS[convention]
-    safe = torch.where(denominator > 0, denominator, torch.ones_like(denominator))
-    # deviation * 0 keeps NaN where the value was NaN (per-channel z-scores report "not applicable").
-    return torch.where(denominator > 0, deviation / safe, deviation * 0.0)
+    if scale_by is None:
+        factor = _inverse_denominator(std, convention)[seg.index]
+    else:
+        scale_seg, scale_std = scale_by
+        factor = _inverse_denominator(scale_std, convention)[scale_seg.index]
+    # NaN * 0 stays NaN: per-channel z-scores keep reporting "not applicable" where the reward was NaN.
+    return deviation * factor.to(deviation.dtype)
 
 
 def _prepare(
-    rewards: Tensor, group_index: Tensor, weights: Tensor | None, step_index: Tensor | None
-) -> tuple[Tensor, Tensor, Tensor, Tensor, int, int]:
+    rewards: Tensor, group_index: Tensor | Segments, weights: Tensor | None, step_index: Tensor | Segments | None
+) -> tuple[Tensor, Segments, Tensor, Segments]:
     if rewards.ndim == 1:
         rewards = rewards[:, None]
     if rewards.ndim != 2:
@@ -149,7 +197,7 @@ def _prepare(
         rewards = rewards.float()
     device = rewards.device
     n, c = rewards.shape
-    group_index = group_index.to(device=device, dtype=torch.int64)
+    groups = group_index if isinstance(group_index, Segments) else Segments.build(group_index.to(device))
     if weights is None:
         weights = torch.ones(c, dtype=rewards.dtype, device=device)
     weights = torch.as_tensor(weights, dtype=rewards.dtype, device=device).reshape(-1)
@@ -157,10 +205,8 @@ def _prepare(
         raise ValueError(f"{weights.numel()} weights for {c} reward channels")
     if step_index is None:
         step_index = torch.zeros(n, dtype=torch.int64, device=device)
-    step_index = step_index.to(device=device, dtype=torch.int64)
-    num_groups = int(group_index.max()) + 1 if n else 0
-    num_steps = int(step_index.max()) + 1 if n else 0
-    return rewards, group_index, weights, step_index, num_groups, num_steps
+    steps = step_index if isinstance(step_index, Segments) else Segments.build(step_index.to(device))
+    return rewards, groups, weights, steps
 
 
 def _weighted_nansum(values: Tensor, weights: Tensor) -> Tensor:
@@ -172,10 +218,10 @@ def _weighted_nansum(values: Tensor, weights: Tensor) -> Tensor:
 
 def grpo_advantages(
     rewards: Tensor,
-    group_index: Tensor,
+    group_index: Tensor | Segments,
     *,
     weights: Tensor | None = None,
-    step_index: Tensor | None = None,
+    step_index: Tensor | Segments | None = None,
     scale: Scale = "group",
     convention: Convention = "trl",
 ) -> Tensor:
@@ -190,21 +236,19 @@ def grpo_advantages(
     """
     _check_option(scale, SCALES, "--scale")
     _check_option(convention, CONVENTIONS, "--convention")
-    rewards, group_index, weights, step_index, num_groups, num_steps = _prepare(
-        rewards, group_index, weights, step_index
-    )
+    rewards, groups, weights, steps = _prepare(rewards, group_index, weights, step_index)
     total = _weighted_nansum(rewards, weights)
     if scale == "group":
-        adv = _normalize(total, group_index, num_groups, convention)
+        adv = _normalize(total, groups, convention)
     elif scale == "none":
-        adv = _normalize(total, group_index, num_groups, convention, divide=False)
+        adv = _normalize(total, groups, convention, divide=False)
     else:
-        _, _, step_std = centered_segments(total, step_index, num_steps, accumulate=torch.float64)
-        adv = _normalize(total, group_index, num_groups, convention, scale_by=step_std[step_index])
+        _, _, step_std = centered_segments(total, steps, accumulate=torch.float64)
+        adv = _normalize(total, groups, convention, scale_by=(steps, step_std))
     return torch.nan_to_num(adv, nan=0.0)
 
 
-def group_zscores(rewards: Tensor, group_index: Tensor, *, convention: Convention = "trl") -> Tensor:
+def group_zscores(rewards: Tensor, group_index: Tensor | Segments, *, convention: Convention = "trl") -> Tensor:
     """Per-channel z-scores within each group, ``[N, C]``; NaN where the reward is NaN.
 
     A channel that is constant within a group scores exactly 0 there.
@@ -214,20 +258,18 @@ def group_zscores(rewards: Tensor, group_index: Tensor, *, convention: Conventio
     [[0.707, 0.0], [-0.707, 0.0]]
     """
     _check_option(convention, CONVENTIONS, "--convention")
-    rewards, group_index, _, _, num_groups, _ = _prepare(rewards, group_index, None, None)
+    rewards, groups, _, _ = _prepare(rewards, group_index, None, None)
     # Column by column: 1-D scatters stay fast when rows are shuffled, a [N, C] scatter does not.
-    columns = [
-        _normalize(rewards[:, k].contiguous(), group_index, num_groups, convention) for k in range(rewards.shape[1])
-    ]
+    columns = [_normalize(rewards[:, k].contiguous(), groups, convention) for k in range(rewards.shape[1])]
     return torch.stack(columns, dim=1) if columns else rewards.clone()
 
 
 def gdpo_advantages(
     rewards: Tensor,
-    group_index: Tensor,
+    group_index: Tensor | Segments,
     *,
     weights: Tensor | None = None,
-    step_index: Tensor | None = None,
+    step_index: Tensor | Segments | None = None,
     convention: Convention = "trl",
     zscores: Tensor | None = None,
 ) -> Tensor:
@@ -240,22 +282,22 @@ def gdpo_advantages(
     [0.0, 0.0, 1.2247, -1.2247]
     """
     _check_option(convention, CONVENTIONS, "--convention")
-    rewards, group_index, weights, step_index, _, num_steps = _prepare(rewards, group_index, weights, step_index)
+    rewards, groups, weights, steps = _prepare(rewards, group_index, weights, step_index)
     if zscores is None:
-        zscores = group_zscores(rewards, group_index, convention=convention)
+        zscores = group_zscores(rewards, groups, convention=convention)
     all_nan = torch.isnan(rewards).all(dim=1)
     fused = (zscores * weights).nansum(dim=1)
     fused = torch.where(all_nan, torch.full_like(fused, float("nan")), fused)
-    adv = _normalize(fused, step_index, num_steps, convention, accumulate=torch.float64)
+    adv = _normalize(fused, steps, convention, accumulate=torch.float64)
     return torch.nan_to_num(adv, nan=0.0)
 
 
 def compute_advantages(
     rewards: Tensor,
-    group_index: Tensor,
+    group_index: Tensor | Segments,
     *,
     weights: Tensor | None = None,
-    step_index: Tensor | None = None,
+    step_index: Tensor | Segments | None = None,
     scale: Scale = "group",
     convention: Convention = "trl",
 ) -> AdvantageResult:
@@ -265,13 +307,11 @@ def compute_advantages(
     >>> res.grpo.double().round(decimals=4).tolist(), res.gdpo.double().round(decimals=4).tolist()
     ([0.707, -0.707, 0.0, 0.0], [1.2245, -1.2245, 0.0, 0.0])
     """
-    zscores = group_zscores(rewards, group_index, convention=convention)
-    grpo = grpo_advantages(
-        rewards, group_index, weights=weights, step_index=step_index, scale=scale, convention=convention
-    )
-    gdpo = gdpo_advantages(
-        rewards, group_index, weights=weights, step_index=step_index, convention=convention, zscores=zscores
-    )
+    _check_option(convention, CONVENTIONS, "--convention")
+    rewards, groups, weights, steps = _prepare(rewards, group_index, weights, step_index)
+    zscores = group_zscores(rewards, groups, convention=convention)
+    grpo = grpo_advantages(rewards, groups, weights=weights, step_index=steps, scale=scale, convention=convention)
+    gdpo = gdpo_advantages(rewards, groups, weights=weights, step_index=steps, convention=convention, zscores=zscores)
     return AdvantageResult(grpo=grpo, gdpo=gdpo, zscores=zscores)
 
 

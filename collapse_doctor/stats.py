@@ -18,7 +18,7 @@ from itertools import combinations
 import torch
 from torch import Tensor
 
-from collapse_doctor.advantages import AdvantageResult, centered_segments, grpo_advantages
+from collapse_doctor.advantages import AdvantageResult, Segments, centered_segments, grpo_advantages
 
 OUTLIER_GAP = 8.0
 """A group is outlier-dominated when its most extreme total sits this many stds of the rest away."""
@@ -89,10 +89,11 @@ def _quantize(values: Tensor, quantum: float) -> Tensor:
     return torch.where(torch.isnan(q), torch.full_like(q, -(2.0**62)), q).to(torch.int64)
 
 
-def _moments(x: Tensor, mask: Tensor, step_index: Tensor, num_steps: int) -> dict[str, Tensor]:
+def _moments(x: Tensor, mask: Tensor, steps: Segments) -> dict[str, Tensor]:
     """std, skewness, excess kurtosis, Sarle's bimodality coefficient and max |x| per step."""
+    step_index, num_steps = steps.index, steps.size
     values = torch.where(mask, x, torch.full_like(x, float("nan")))
-    dev, count, std = centered_segments(values, step_index, num_steps, accumulate=torch.float64)
+    dev, count, std = centered_segments(values, steps, accumulate=torch.float64)
     d = torch.nan_to_num(dev.to(torch.float64), nan=0.0)
     m2 = _ratio(_sum(d**2, step_index, num_steps), count)
     m3 = _ratio(_sum(d**3, step_index, num_steps), count)
@@ -132,6 +133,8 @@ def step_statistics(chunk: ChunkInput) -> dict[str, Tensor]:
     device = r.device
     w = chunk.weights.to(r.dtype)
     valid_row = ~torch.isnan(r).all(dim=1)
+    groups = Segments.build(gi, G)
+    steps = Segments.build(si, S)
 
     group_step = torch.zeros(G, dtype=torch.int64, device=device).scatter_(0, gi, si)
     group_rows = torch.bincount(gi[valid_row], minlength=G).to(torch.float64)
@@ -146,7 +149,7 @@ def step_statistics(chunk: ChunkInput) -> dict[str, Tensor]:
     devs, rel_gain, spread, zero_var, means = [], [], [], [], []
     for c in range(n_ch):
         x = r[:, c].contiguous()
-        dev, count, std = centered_segments(x, gi, G)
+        dev, count, std = centered_segments(x, groups)
         eligible = (count >= 2).to(torch.float64)
         span = (_segment_extreme(x, gi, G, "amax") - _segment_extreme(x, gi, G, "amin")).to(torch.float64)
         span = torch.where(count >= 2, span, torch.zeros_like(span))
@@ -165,7 +168,7 @@ def step_statistics(chunk: ChunkInput) -> dict[str, Tensor]:
 
     # Combined reward (GRPO's total) and GDPO's fused sum.
     total = torch.where(valid_row, (r * w).nansum(dim=1), torch.full((n_rows,), torch.nan, device=device))
-    dev_t, count_t, std_t = centered_segments(total, gi, G)
+    dev_t, count_t, std_t = centered_segments(total, groups)
     dev_t0 = torch.nan_to_num(dev_t, nan=0.0)
     eligible_t = count_t >= 2
     n_eligible_t = _sum(eligible_t.double(), group_step, S)
@@ -196,7 +199,7 @@ def step_statistics(chunk: ChunkInput) -> dict[str, Tensor]:
     # Advantage shape over rows of groups that carry signal.
     signal_rows = eligible_t[gi] & (std_t[gi] > 0) & valid_row
     for name, adv in (("grpo", chunk.advantages.grpo), ("gdpo", chunk.advantages.gdpo)):
-        for key, value in _moments(adv, signal_rows, si, S).items():
+        for key, value in _moments(adv, signal_rows, steps).items():
             out[f"adv_{key}_{name}"] = value
         keys = _hash_rows([gi, _quantize(adv, DISTINCT_QUANTUM)])
         distinct = _sum((1.0 / _bucket_sizes(keys)).double() * signal_rows.double(), gi, G)
