@@ -18,6 +18,7 @@ from collapse_doctor.config import Config, check_fail_on, load_config
 from collapse_doctor.detectors import REGISTRY, DetectionContext, Finding, Severity
 from collapse_doctor.detectors.base import select
 from collapse_doctor.errors import UsageError
+from collapse_doctor.memory import release_free_memory
 from collapse_doctor.series import RunSeries, SeriesBuilder
 
 ALGORITHMS = ("auto", "grpo", "gdpo")
@@ -25,6 +26,10 @@ ALGO_MATCH_MAE = 0.01
 """Logged advantages within this mean absolute difference of a recomputation identify the algorithm."""
 VERDICTS = {"healthy": "HEALTHY", "at_risk": "AT RISK", "collapsed": "COLLAPSED"}
 JSON_FORMAT_VERSION = 1
+SCAN_CHUNK_ROWS = 1 << 18
+"""Rows per statistics pass: the statistics make many temporaries, so smaller chunks keep the peak low."""
+TRIM_EVERY_ROWS = 1 << 20
+"""Give freed heap memory back to the OS this often (see collapse_doctor.memory)."""
 
 
 @dataclass(frozen=True)
@@ -256,8 +261,8 @@ def diagnose(
     )
     channels = run.channels
     builder = SeriesBuilder(channels, channel_pairs(channels))
-    done = 0
-    for chunk in chunk_steps(run.iter_steps()):
+    done = trimmed_at = 0
+    for chunk in chunk_steps(run.iter_steps(), SCAN_CHUNK_ROWS):
         stacked = stack_chunk(chunk)
         rewards, group_index, step_index, weight_t, logged = stacked.tensors(channels, run.weights, dev)
         adv = compute_advantages(rewards, group_index, weights=weight_t, step_index=step_index)
@@ -265,7 +270,11 @@ def diagnose(
             ChunkInput(rewards, group_index, step_index, weight_t, adv, stacked.num_groups, len(chunk), logged)
         )
         builder.add(stacked.steps, {k: v.cpu().numpy() for k, v in stats.items()})
+        del rewards, group_index, step_index, logged, adv, stats
         done += len(stacked.rewards)
+        if done - trimmed_at >= TRIM_EVERY_ROWS:
+            release_free_memory()
+            trimmed_at = done
         if on_progress is not None:
             on_progress(done, run.num_rows)
     series = builder.build()

@@ -22,6 +22,7 @@ from collapse_doctor.batching import chunk_steps, stack_chunk
 from collapse_doctor.errors import SchemaError, UsageError
 from collapse_doctor.io.atomic import atomic_path
 from collapse_doctor.io.parquet import ParquetRun
+from collapse_doctor.memory import release_free_memory
 from collapse_doctor.schema import (
     ADVANTAGE,
     GROUND_TRUTH_METADATA_KEY,
@@ -212,6 +213,8 @@ def export_advantages(
                 row_ids, table = _chunk_table(chunk, run, writer.schema, device=dev, scale=scale, convention=convention)
                 writer.write(row_ids, table)
                 done += table.num_rows
+                del table
+                release_free_memory()
                 steps += len(chunk)
                 if on_progress is not None:
                     on_progress(done, run.num_rows)

@@ -86,7 +86,9 @@ def open_parquet(path: Path) -> pq.ParquetFile:
             hint="pass a .parquet rollout table",
         )
     try:
-        return pq.ParquetFile(path)
+        # pre_buffer=False: with pre-buffering, iter_batches keeps every row group it read until the file
+        # is closed, so memory would grow with the run (measured in docs/benchmarks.md).
+        return pq.ParquetFile(path, pre_buffer=False)
     except (pa.ArrowException, OSError) as exc:
         raise InputError(
             f"{path}: truncated or corrupt Parquet file ({_first_line(exc)})",
