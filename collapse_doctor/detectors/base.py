@@ -133,6 +133,11 @@ class DetectionContext:
         steps = self.series.steps
         return int(steps[stretch[0]]), int(steps[stretch[1]])
 
+    @staticmethod
+    def window(stretch: tuple[int, int]) -> slice:
+        """The series rows of a stretch (both ends included)."""
+        return slice(stretch[0], stretch[1] + 1)
+
     @property
     def algorithm(self) -> str:
         """The aggregation the run used; an unknown one is judged as plain GRPO (TRL's default)."""
@@ -151,6 +156,27 @@ class Detector:
 
     def detect(self, ctx: DetectionContext) -> list[Finding]:  # pragma: no cover - abstract
         raise NotImplementedError
+
+    def finding(
+        self,
+        ctx: DetectionContext,
+        stretch: tuple[int, int],
+        *,
+        severity: Severity,
+        title: str,
+        message: str,
+        **rest: Any,
+    ) -> Finding:
+        """A finding of this detector whose onset and step range come from a sustained stretch."""
+        return Finding(
+            code=self.code,
+            severity=severity,
+            title=title,
+            message=message,
+            onset_step=int(ctx.series.steps[stretch[0]]),
+            step_range=ctx.step_range(stretch),
+            **rest,
+        )
 
     @classmethod
     def explain(cls) -> str:

@@ -71,7 +71,7 @@ class Collinearity(Detector):
             stretch = ctx.sustained(ctx.smooth(np.abs(rho)) > warn)
             if stretch is None:
                 continue
-            window = slice(stretch[0], stretch[1] + 1)
+            window = ctx.window(stretch)
             median = nanmedian(rho[window])
             sxy = np.nansum(series["corr_sxy"][window, p])
             sxx = np.nansum(series["corr_sxx"][window, p])
@@ -88,8 +88,9 @@ class Collinearity(Detector):
             if len(series.channels) >= 3:
                 evidence["vif"] = dict(zip(series.channels, self._vif(ctx, window).tolist(), strict=True))
             findings.append(
-                Finding(
-                    code=self.code,
+                self.finding(
+                    ctx,
+                    stretch,
                     severity=Severity.CRITICAL
                     if abs(median) > ctx.threshold(self.code, "critical_rho")
                     else Severity.WARNING,
@@ -99,8 +100,6 @@ class Collinearity(Detector):
                         f"step {int(series.steps[stretch[0]])} on: the shared signal counts twice."
                     ),
                     channels=(a, b),
-                    onset_step=int(series.steps[stretch[0]]),
-                    step_range=ctx.step_range(stretch),
                     evidence=evidence,
                     remedy=f"drop `{drop}`: it repeats `{keep}`, rho={median:.2f} (or merge them into one channel)",
                     gdpo_resolves=False,
@@ -174,7 +173,7 @@ class DominantChannel(Detector):
             stretch = persistent_onset(condition, long_run)
             if stretch is None:
                 continue
-            window = slice(stretch[0], stretch[1] + 1)
+            window = ctx.window(stretch)
             drowned = [channels[j] for j in range(len(channels)) if j != k and varies[window, j].mean() > 0.5]
             share_grpo = nanmedian(series["signal_share_grpo"][window, k])
             share_gdpo = nanmedian(series["signal_share_gdpo"][window, k])
@@ -189,8 +188,9 @@ class DominantChannel(Detector):
             suggested = w.get(channel, 1.0) * spread_others / spread_self if spread_self > 0 else float("nan")
             names = ", ".join(f"`{d}`" for d in drowned) or "the other channels"
             findings.append(
-                Finding(
-                    code=self.code,
+                self.finding(
+                    ctx,
+                    stretch,
                     severity=Severity.WARNING,
                     title=f"`{channel}` drowns {names}",
                     message=(
@@ -201,8 +201,6 @@ class DominantChannel(Detector):
                         f"share would be {share_gdpo:.0%}."
                     ),
                     channels=(channel, *drowned),
-                    onset_step=int(series.steps[stretch[0]]),
-                    step_range=ctx.step_range(stretch),
                     evidence={
                         "variance_share_grpo": share_grpo,
                         "variance_share_gdpo": share_gdpo,

@@ -46,7 +46,7 @@ class TiedSums(Detector):
         stretch = ctx.sustained(smooth > ctx.threshold(self.code, "warn_share"))
         if stretch is None:
             return []
-        window = slice(stretch[0], stretch[1] + 1)
+        window = ctx.window(stretch)
         share = nanmedian(series["tied_pair_share"][window])
         distinct_grpo = nanmedian(series["distinct_ratio_grpo"][window])
         distinct_gdpo = nanmedian(series["distinct_ratio_gdpo"][window])
@@ -55,8 +55,9 @@ class TiedSums(Detector):
         if ctx.algorithm == "gdpo":
             severity = Severity.INFO  # the run already keeps the vectors apart
         return [
-            Finding(
-                code=self.code,
+            self.finding(
+                ctx,
+                stretch,
                 severity=severity,
                 title="different reward vectors get the same advantage",
                 message=(
@@ -66,8 +67,6 @@ class TiedSums(Detector):
                     "under GDPO."
                 ),
                 channels=tuple(series.channels),
-                onset_step=int(series.steps[stretch[0]]),
-                step_range=ctx.step_range(stretch),
                 evidence={
                     "tied_pair_share": share,
                     "distinct_ratio_grpo": distinct_grpo,

@@ -63,14 +63,15 @@ class AdvantageShape(Detector):
         share = ctx.smooth_rate(series["outlier_group_share"])
         stretch = ctx.sustained(share > ctx.threshold(self.code, "outlier_share"))
         if stretch is not None:
-            window = slice(stretch[0], stretch[1] + 1)
+            window = ctx.window(stretch)
             level = nanmedian(series["outlier_group_share"][window])
             rest_grpo = nanmedian(series["outlier_rest_std_grpo"][window])
             rest_gdpo = nanmedian(series["outlier_rest_std_gdpo"][window])
             critical = level > ctx.threshold(self.code, "outlier_share_critical")
             findings.append(
-                Finding(
-                    code=self.code,
+                self.finding(
+                    ctx,
+                    stretch,
                     severity=Severity.CRITICAL if critical else Severity.WARNING,
                     title="outlier completions dominate their groups",
                     message=(
@@ -78,8 +79,6 @@ class AdvantageShape(Detector):
                         f"group; the rest are squeezed to an advantage spread of {rest_grpo:.2f} under GRPO "
                         f"({rest_gdpo:.2f} under GDPO)."
                     ),
-                    onset_step=int(series.steps[stretch[0]]),
-                    step_range=ctx.step_range(stretch),
                     evidence={
                         "outlier_group_share": level,
                         "rest_advantage_std_grpo": rest_grpo,
@@ -100,13 +99,14 @@ class AdvantageShape(Detector):
         )
         stretch = ctx.sustained(condition)
         if stretch is not None:
-            window = slice(stretch[0], stretch[1] + 1)
+            window = ctx.window(stretch)
             other = "gdpo" if alg == "grpo" else "grpo"
             value = nanmedian(series[f"adv_bimodality_{alg}"][window])
             value_other = nanmedian(series[f"adv_bimodality_{other}"][window])
             findings.append(
-                Finding(
-                    code=self.code,
+                self.finding(
+                    ctx,
+                    stretch,
                     severity=Severity.WARNING,
                     title="advantages split into two modes",
                     message=(
@@ -114,8 +114,6 @@ class AdvantageShape(Detector):
                         f"{value:.2f} > {ctx.threshold(self.code, 'bimodality'):.2f}; {other.upper()}: "
                         f"{value_other:.2f}): one coarse signal decides most advantage signs."
                     ),
-                    onset_step=int(series.steps[stretch[0]]),
-                    step_range=ctx.step_range(stretch),
                     evidence={f"bimodality_{alg}": value, f"bimodality_{other}": value_other},
                     remedy=f"see which channel dominates (CD402) and rebalance its weight, or {GDPO_SWITCH}",
                     gdpo_resolves=bool(alg == "grpo" and value_other <= ctx.threshold(self.code, "bimodality")),
@@ -124,16 +122,15 @@ class AdvantageShape(Detector):
         kurt = ctx.smooth(series[f"adv_kurtosis_{alg}"])
         stretch = ctx.sustained(kurt > ctx.threshold(self.code, "excess_kurtosis"))
         if stretch is not None:
-            window = slice(stretch[0], stretch[1] + 1)
+            window = ctx.window(stretch)
             value = nanmedian(series[f"adv_kurtosis_{alg}"][window])
             findings.append(
-                Finding(
-                    code=self.code,
+                self.finding(
+                    ctx,
+                    stretch,
                     severity=Severity.WARNING,
                     title="heavy-tailed advantages",
                     message=f"excess kurtosis of the advantages is {value:.1f}: a few completions carry the update.",
-                    onset_step=int(series.steps[stretch[0]]),
-                    step_range=ctx.step_range(stretch),
                     evidence={"excess_kurtosis": value},
                     remedy="inspect the extreme completions and clip the channel that produces them",
                     gdpo_resolves=None,
@@ -187,11 +184,12 @@ class AdvantageBound(Detector):
         maes = {c: nanmedian(series[f"logged_mae_{c}"]) for c in candidates}
         best = min(maes, key=lambda c: maes[c] if np.isfinite(maes[c]) else np.inf)
         if stretch is not None:
-            window = slice(stretch[0], stretch[1] + 1)
+            window = ctx.window(stretch)
             level = nanmedian(series["logged_beyond_bound_share"][window])
             findings.append(
-                Finding(
-                    code=self.code,
+                self.finding(
+                    ctx,
+                    stretch,
                     severity=(
                         Severity.CRITICAL
                         if level > ctx.threshold(self.code, "beyond_share_critical")
@@ -204,8 +202,6 @@ class AdvantageBound(Detector):
                         f"{float(np.nanmax(series['logged_abs_max'][window])):.2f}): the trainer did not use "
                         "plain group statistics."
                     ),
-                    onset_step=int(series.steps[stretch[0]]),
-                    step_range=ctx.step_range(stretch),
                     evidence={
                         "beyond_bound_share": level,
                         "logged_abs_max": float(np.nanmax(series["logged_abs_max"][window])),
@@ -222,10 +218,11 @@ class AdvantageBound(Detector):
         best_series = np.nanmin(np.stack([series[f"logged_mae_{c}"] for c in candidates]), axis=0)
         stretch = ctx.sustained(ctx.smooth(best_series) > ctx.threshold(self.code, "mismatch_mae"))
         if stretch is not None:
-            window = slice(stretch[0], stretch[1] + 1)
+            window = ctx.window(stretch)
             findings.append(
-                Finding(
-                    code=self.code,
+                self.finding(
+                    ctx,
+                    stretch,
                     severity=Severity.WARNING,
                     title="logged advantages match no recomputation",
                     message=(
@@ -233,8 +230,6 @@ class AdvantageBound(Detector):
                         f"closest is {best} with a mean absolute difference of "
                         f"{nanmedian(best_series[window]):.3f}."
                     ),
-                    onset_step=int(series.steps[stretch[0]]),
-                    step_range=ctx.step_range(stretch),
                     evidence={f"mae_{c}": maes[c] for c in candidates},
                     remedy=(
                         "check that the logged rewards and groups are the ones the advantages were computed "

@@ -96,14 +96,13 @@ class RelGainDecay(Detector):
                     f"under GRPO, {share_gdpo:.0%} under GDPO."
                 )
             findings.append(
-                Finding(
-                    code=self.code,
+                self.finding(
+                    ctx,
+                    stretch,
                     severity=severity,
                     title=f"`{channel}` no longer ranks samples",
                     message=message,
                     channels=(channel,),
-                    onset_step=int(series.steps[start]),
-                    step_range=ctx.step_range(stretch),
                     evidence={
                         "rel_gain_peak": peak_value,
                         "rel_gain_peak_step": peak_at,
@@ -167,8 +166,9 @@ class ZeroVarianceGroups(Detector):
         level = gdpo if ctx.algorithm == "gdpo" else grpo
         critical = ctx.threshold(self.code, "critical_share")
         return [
-            Finding(
-                code=self.code,
+            self.finding(
+                ctx,
+                stretch,
                 severity=Severity.CRITICAL if level > critical else Severity.WARNING,
                 title="most groups give no gradient",
                 message=(
@@ -176,8 +176,6 @@ class ZeroVarianceGroups(Detector):
                     f"{int(series.steps[start])}-{int(series.steps[end])}); their advantages are exactly 0. "
                     f"Under GDPO {gdpo:.0%} of groups would be silent."
                 ),
-                onset_step=int(series.steps[start]),
-                step_range=ctx.step_range(stretch),
                 evidence={
                     "zero_variance_share_grpo": grpo,
                     "zero_variance_share_gdpo": gdpo,
