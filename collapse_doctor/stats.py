@@ -26,6 +26,8 @@ TIE_QUANTUM = 1e-5
 """Totals closer than this count as tied (float32 sums of equal rewards differ by rounding only)."""
 DISTINCT_QUANTUM = 1e-4
 """Advantages closer than this count as one value."""
+MAX_DENSE_GROUP = 64
+"""Largest group size for the dense path (its pair comparisons are [G, g, g])."""
 _MIX = (0x9E3779B97F4A7C15 - (1 << 64), 0xBF58476D1CE4E5B9 - (1 << 64), 0x94D049BB133111EB - (1 << 64))
 
 
@@ -93,31 +95,56 @@ def _quantize(values: Tensor, quantum: float) -> Tensor:
     return torch.where(torch.isnan(q), torch.full_like(q, -(2.0**62)), q).to(torch.int64)
 
 
-def _moments(x: Tensor, mask: Tensor, steps: Segments) -> dict[str, Tensor]:
-    """std, skewness, excess kurtosis, Sarle's bimodality coefficient and max |x| per step."""
-    step_index, num_steps = steps.index, steps.size
-    values = torch.where(mask, x, torch.full_like(x, float("nan")))
-    dev, count, std = centered_segments(values, steps, accumulate=torch.float64)
-    d = torch.nan_to_num(dev.to(torch.float64), nan=0.0)
-    m2 = _ratio(_sum(d**2, step_index, num_steps), count)
-    m3 = _ratio(_sum(d**3, step_index, num_steps), count)
-    m4 = _ratio(_sum(d**4, step_index, num_steps), count)
+def _shape(count: Tensor, s2: Tensor, s3: Tensor, s4: Tensor, abs_max: Tensor) -> dict[str, Tensor]:
+    """Shape statistics from per-step counts and sums of centred powers."""
+    m2, m3, m4 = _ratio(s2, count), _ratio(s3, count), _ratio(s4, count)
     skew = _ratio(m3, m2**1.5)
     kurt = _ratio(m4, m2**2) - 3.0
     n = count
     correction = torch.where(n > 3, 3.0 * (n - 1) ** 2 / ((n - 2) * (n - 3)).clamp_min(1.0), torch.nan)
-    bimodality = (skew**2 + 1.0) / (kurt + correction)
-    abs_max = _segment_extreme(values.abs(), step_index, num_steps, "amax")
+    std = torch.where(n >= 2, (s2 / (n - 1).clamp_min(1)).sqrt(), torch.nan)
     return {
-        "std": std.to(torch.float64),
+        "std": std,
         "skew": skew,
         "kurtosis": kurt,
-        "bimodality": bimodality,
+        "bimodality": (skew**2 + 1.0) / (kurt + correction),
         "abs_max": torch.where(torch.isfinite(abs_max), abs_max, torch.nan).to(torch.float64),
     }
 
 
-def step_statistics(chunk: ChunkInput) -> dict[str, Tensor]:
+def _moments(x: Tensor, mask: Tensor, steps: Segments) -> dict[str, Tensor]:
+    """std, skewness, excess kurtosis, Sarle's bimodality coefficient and max |x| per step."""
+    step_index, num_steps = steps.index, steps.size
+    values = torch.where(mask, x, torch.full_like(x, float("nan")))
+    dev, count, _ = centered_segments(values, steps, accumulate=torch.float64)
+    d = torch.nan_to_num(dev.to(torch.float64), nan=0.0)
+    abs_max = _segment_extreme(values.abs(), step_index, num_steps, "amax")
+    return _shape(
+        count,
+        _sum(d**2, step_index, num_steps),
+        _sum(d**3, step_index, num_steps),
+        _sum(d**4, step_index, num_steps),
+        abs_max,
+    )
+
+
+def dense_group_size(chunk: ChunkInput) -> int | None:
+    """The group size when rows come in consecutive equal-size groups and no reward is NaN, else None.
+
+    That layout (TRL's, and most dumps) lets every group statistic be a reduction over a ``[G, g]`` view.
+    """
+    n = chunk.rewards.shape[0]
+    groups = chunk.num_groups
+    if groups == 0 or n % groups:
+        return None
+    g = n // groups
+    if not 2 <= g <= MAX_DENSE_GROUP or bool(torch.isnan(chunk.rewards).any()):
+        return None
+    expected = torch.arange(n, device=chunk.group_index.device) // g
+    return g if torch.equal(chunk.group_index, expected) else None
+
+
+def step_statistics(chunk: ChunkInput, *, allow_dense: bool = True) -> dict[str, Tensor]:
     """Reduce a chunk to per-step statistics (float64 tensors ``[S]``, ``[S, C]`` or ``[S, P]``).
 
     >>> from collapse_doctor.advantages import compute_advantages
@@ -131,6 +158,10 @@ def step_statistics(chunk: ChunkInput) -> dict[str, Tensor]:
     >>> st["zero_var_share"].tolist(), st["tied_pair_share"].tolist()
     ([0.0], [0.0])
     """
+    if allow_dense:
+        g = dense_group_size(chunk)
+        if g is not None:
+            return _dense_statistics(chunk, g)
     r, gi, si = chunk.rewards, chunk.group_index, chunk.step_index
     G, S = chunk.num_groups, chunk.num_steps
     n_rows, n_ch = r.shape
@@ -275,6 +306,121 @@ def step_statistics(chunk: ChunkInput) -> dict[str, Tensor]:
 
     if chunk.logged is not None:
         out.update(_logged_statistics(chunk, group_rows, valid_row))
+    return out
+
+
+def _dense_statistics(chunk: ChunkInput, g: int) -> dict[str, Tensor]:
+    """:func:`step_statistics` for consecutive equal-size groups without NaN, on ``[G, g]`` views.
+
+    Same statistics as the general path (a test checks they agree); reductions over a group are plain
+    tensor reductions instead of scatters, and pair counts are direct ``[G, g, g]`` comparisons.
+    """
+    r, si, S, G = chunk.rewards, chunk.step_index, chunk.num_steps, chunk.num_groups
+    n_rows, n_ch = r.shape
+    device = r.device
+    w = chunk.weights.to(r.dtype)
+    group_step = si.view(G, g)[:, 0]
+    per_group = torch.ones(G, dtype=torch.float64, device=device)
+    gps = _sum(per_group, group_step, S)  # groups per step
+
+    def steps_sum(x: Tensor) -> Tensor:
+        return _sum(x.to(torch.float64), group_step, S)
+
+    def centred(x: Tensor) -> tuple[Tensor, Tensor]:
+        """Deviation from the group mean (shifted by the group's first value) and the group std."""
+        shifted = x - x[:, :1]
+        dev = shifted - shifted.mean(dim=1, keepdim=True)
+        return dev, ((dev * dev).sum(dim=1) / (g - 1)).sqrt()
+
+    out: dict[str, Tensor] = {
+        "rollouts": gps * g,
+        "groups": gps,
+        "group_size_min": torch.where(gps > 0, float(g), torch.nan),
+        "group_size_max": torch.where(gps > 0, float(g), torch.nan),
+    }
+    rewards = r.view(G, g, n_ch)
+    dev, std = centred(rewards)  # [G, g, C], [G, C]
+    span = (rewards.amax(dim=1) - rewards.amin(dim=1)).double()
+    out["rel_gain"] = steps_sum(span) / gps[:, None]
+    out["reward_std"] = steps_sum(std.double()) / gps[:, None]
+    out["channel_zero_var_share"] = steps_sum((std == 0).double()) / gps[:, None]
+    out["reward_mean"] = steps_sum(rewards.sum(dim=1)) / (gps * g)[:, None]
+
+    total = (r * w).sum(dim=1).view(G, g)
+    dev_t, std_t = centred(total)
+    out["zero_var_share"] = steps_sum((std_t == 0).double()) / gps
+    z = torch.nan_to_num(chunk.advantages.zscores, nan=0.0).view(G, g, n_ch)
+    out["gdpo_zero_var_share"] = steps_sum((z == 0).flatten(1).all(dim=1).double()) / gps
+    fused = (z * w).sum(dim=2)
+
+    var_t = steps_sum((dev_t**2).sum(dim=1))
+    out["signal_share_grpo"] = _ratio(steps_sum((w * dev * dev_t[..., None]).sum(dim=1)), var_t[:, None])
+    var_s = steps_sum((fused**2).sum(dim=1))
+    out["signal_share_gdpo"] = _ratio(steps_sum((w * z * fused[..., None]).sum(dim=1)), var_s[:, None])
+
+    for name, contrib, adv in (("dominance_grpo", w * dev, dev_t), ("dominance_gdpo", w * z, fused)):
+        has_signal = adv.abs() > 1e-6
+        winner = contrib.abs().argmax(dim=2)
+        agrees = torch.sign(contrib.gather(2, winner[..., None]).squeeze(2)) == torch.sign(adv)
+        decided = torch.where(has_signal & agrees, winner, n_ch)  # n_ch: no channel decided this row
+        hits = torch.nn.functional.one_hot(decided, n_ch + 1)[..., :n_ch].sum(dim=1)
+        out[name] = _ratio(steps_sum(hits), steps_sum(has_signal.sum(dim=1))[:, None])
+
+    signal = (std_t > 0).double()  # [G]
+    n_signal = steps_sum(signal)
+    for name, adv in (("grpo", chunk.advantages.grpo), ("gdpo", chunk.advantages.gdpo)):
+        x = adv.view(G, g).double()
+        count = n_signal * g
+        mean = _ratio(steps_sum(x.sum(dim=1) * signal), count)
+        d = (x - torch.nan_to_num(mean)[group_step][:, None]) * signal[:, None]
+        abs_max = _segment_extreme(torch.where(signal > 0, x.abs().amax(dim=1), torch.nan), group_step, S, "amax")
+        s2, s3, s4 = (steps_sum((d**k).sum(dim=1)) for k in (2, 3, 4))
+        for key, value in _shape(count, s2, s3, s4, abs_max).items():
+            out[f"adv_{key}_{name}"] = value
+        ordered = torch.sort(_quantize(adv.view(G, g), DISTINCT_QUANTUM), dim=1).values
+        distinct = 1 + (ordered[:, 1:] != ordered[:, :-1]).sum(dim=1)
+        out[f"distinct_ratio_{name}"] = _ratio(steps_sum(distinct.double() / g * signal), n_signal)
+
+    chosen = torch.nn.functional.one_hot(dev_t.abs().argmax(dim=1), g).bool()  # the most extreme row
+
+    def others_std(x: Tensor) -> tuple[Tensor, Tensor]:
+        x = x.double()
+        rest = torch.where(chosen, 0.0, x)
+        mean_o = rest.sum(dim=1) / (g - 1)
+        var_o = ((rest * rest).sum(dim=1) - (g - 1) * mean_o**2) / max(g - 2, 1)
+        return mean_o, var_o.clamp_min(0).sqrt()
+
+    mean_o, std_o = others_std(dev_t)
+    extreme = torch.where(chosen, dev_t.double(), 0.0).sum(dim=1)
+    gap = (extreme - mean_o).abs() / std_o.clamp_min(1e-12)
+    big = (std_t > 0) & (g >= 4)
+    outlier = big & (std_o > 1e-6 * std_t.double().clamp_min(1e-12)) & (gap > OUTLIER_GAP)
+    out["outlier_group_share"] = _ratio(steps_sum(outlier.double()), steps_sum(big.double()))
+    for name, adv in (("grpo", chunk.advantages.grpo), ("gdpo", chunk.advantages.gdpo)):
+        _, std_adv_o = others_std(adv.view(G, g))
+        out[f"outlier_rest_std_{name}"] = _ratio(
+            steps_sum(torch.where(outlier, std_adv_o, 0.0)), steps_sum(outlier.double())
+        )
+
+    vector = _hash_rows([_quantize(r[:, c], TIE_QUANTUM) for c in range(n_ch)]).view(G, g)
+    identical = ((vector[:, :, None] == vector[:, None, :]).sum(dim=(1, 2)) - g) / 2
+    tq = _quantize(total, TIE_QUANTUM)
+    equal_total = ((tq[:, :, None] == tq[:, None, :]).sum(dim=(1, 2)) - g) / 2
+    differing = steps_sum(g * (g - 1) / 2 - identical.double())
+    out["differing_pairs"] = differing
+    out["tied_pair_share"] = _ratio(steps_sum((equal_total - identical).double()), differing)
+
+    pairs = list(combinations(range(n_ch), 2))
+    if pairs:
+        squares = steps_sum((dev * dev).sum(dim=1))  # [S, C]
+        out["corr_sxy"] = torch.stack([steps_sum((dev[..., i] * dev[..., j]).sum(dim=1)) for i, j in pairs], 1)
+        out["corr_sxx"] = torch.stack([squares[:, i] for i, _ in pairs], 1)
+        out["corr_syy"] = torch.stack([squares[:, j] for _, j in pairs], 1)
+        out["within_corr"] = _ratio(out["corr_sxy"], (out["corr_sxx"] * out["corr_syy"]).sqrt())
+
+    if chunk.logged is not None:
+        group_rows = torch.full((G,), float(g), dtype=torch.float64, device=device)
+        out.update(_logged_statistics(chunk, group_rows, torch.ones(n_rows, dtype=torch.bool, device=device)))
     return out
 
 
