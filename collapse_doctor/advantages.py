@@ -90,6 +90,8 @@ class Segments:
     """``[size]`` number of rows in each segment."""
     first: Tensor
     """``[size]`` position of one row of each segment (its first), clamped to a valid row."""
+    block: int | None = None
+    """When segments are consecutive blocks of equal size (row i is in segment i // block), that size."""
 
     @classmethod
     def build(cls, index: Tensor, size: int | None = None) -> Segments:
@@ -97,13 +99,22 @@ class Segments:
         n = index.numel()
         size = int(index.max()) + 1 if size is None and n else int(size or 0)
         rows = torch.bincount(index, minlength=size)
+        block = None
         if n and bool((index[1:] >= index[:-1]).all()):
             first = torch.cumsum(rows, 0) - rows  # sorted rows: segments are contiguous blocks
+            if size and n % size == 0 and bool((rows == n // size).all()):
+                block = n // size  # sorted, dense ids, equal sizes: row i is in segment i // block
         else:
             positions = torch.arange(n, device=index.device)
             first = torch.full((size,), n, dtype=torch.int64, device=index.device)
             first = first.scatter_reduce(0, index, positions, reduce="amin", include_self=True)
-        return cls(index=index, size=size, rows=rows, first=first.clamp(max=max(n - 1, 0)))
+        return cls(index=index, size=size, rows=rows, first=first.clamp(max=max(n - 1, 0)), block=block)
+
+    def per_row(self, values: Tensor) -> Tensor:
+        """Broadcast one value per segment to its rows."""
+        if self.block is not None:
+            return values.repeat_interleave(self.block)
+        return values[self.index]
 
 
 def centered_segments(
@@ -128,8 +139,16 @@ def centered_segments(
     dtype = accumulate or values.dtype
     zeros = torch.zeros(seg.size, dtype=dtype, device=values.device)
     nan = torch.isnan(values)
-    if not bool(nan.any()):
-        # Fast path (no NaN): shift by the segment's first value, counts are the row counts.
+    if not bool(nan.any()) and seg.block is not None:
+        # Consecutive equal-size blocks without NaN: plain reductions over a [size, block] view.
+        blocks = values.view(seg.size, seg.block)
+        shifted_b = (blocks - blocks[:, :1]).to(dtype)
+        deviation_b = shifted_b - shifted_b.mean(dim=1, keepdim=True)
+        count = seg.rows.to(dtype)
+        squares = (deviation_b * deviation_b).sum(dim=1)
+        deviation = deviation_b.reshape(-1)
+    elif not bool(nan.any()):
+        # No NaN: shift by the segment's first value, counts are the row counts.
         shifted = (values - values[seg.first][idx]).to(dtype)
         count = seg.rows.to(dtype)
         mean = zeros.scatter_add(0, idx, shifted) / count
@@ -173,15 +192,15 @@ def _normalize(
     verl_singles = convention == "verl" and bool(single.any())
     if verl_singles:
         # verl: a segment of one has mean 0 and std 1, so it keeps its raw value.
-        deviation = torch.where(single[seg.index], values, deviation)
+        deviation = torch.where(seg.per_row(single), values, deviation)
         std = torch.where(single, torch.ones_like(std), std)
     if not divide:
         return deviation
     if scale_by is None:
-        factor = _inverse_denominator(std, convention)[seg.index]
+        factor = seg.per_row(_inverse_denominator(std, convention))
     else:
         scale_seg, scale_std = scale_by
-        factor = _inverse_denominator(scale_std, convention)[scale_seg.index]
+        factor = scale_seg.per_row(_inverse_denominator(scale_std, convention))
     # NaN * 0 stays NaN: per-channel z-scores keep reporting "not applicable" where the reward was NaN.
     return deviation * factor.to(deviation.dtype)
 

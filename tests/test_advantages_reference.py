@@ -270,8 +270,12 @@ def test_loop_reference_matches_trl_literal(group_size, scale):
 @pytest.mark.parametrize("convention", CONVENTIONS)
 @pytest.mark.parametrize("scale", SCALES)
 @pytest.mark.parametrize("group_size", [2, 4, 8, 16])
-def test_engine_matches_trl_literal_contiguous(convention, scale, group_size):
-    """On non-degenerate data (no singleton, no zero std) every convention is TRL's formula with its eps."""
+@pytest.mark.parametrize("layout", ["shuffled", "in-order"])
+def test_engine_matches_trl_literal_contiguous(convention, scale, group_size, layout):
+    """On non-degenerate data (no singleton, no zero std) every convention is TRL's formula with its eps.
+
+    ``in-order`` rows take the engine's block path (consecutive equal-size groups), ``shuffled`` the scatter path.
+    """
     rewards = contiguous_batch(100 + group_size, group_size)
     weights = np.array([1.0, 0.5, 2.0])
     r64 = rewards.astype(np.float64)
@@ -279,7 +283,8 @@ def test_engine_matches_trl_literal_contiguous(convention, scale, group_size):
     expected_grpo = trl_sum_then_normalize_literal(r64, weights, group_size, scale, eps)
     expected_gdpo, expected_z = trl_normalize_then_sum_literal(r64, weights, group_size, eps)
     group = np.arange(rewards.shape[0]) // group_size
-    perm = np.random.default_rng(group_size).permutation(rewards.shape[0])
+    n = rewards.shape[0]
+    perm = np.arange(n) if layout == "in-order" else np.random.default_rng(group_size).permutation(n)
     res = run_engine(rewards[perm], group[perm], None, weights.tolist(), scale, convention)
     check(res.grpo, expected_grpo[perm], "grpo")
     check(res.gdpo, expected_gdpo[perm], "gdpo")
@@ -301,10 +306,23 @@ def test_engine_matches_trl_literal_per_step(scale):
     expected_gdpo = np.concatenate(
         [trl_normalize_then_sum_literal(b.astype(np.float64), weights, group_size, 1e-4)[0] for b in blocks]
     )
-    perm = np.random.default_rng(7).permutation(rewards.shape[0])
-    res = run_engine(rewards[perm], group[perm], step[perm], weights.tolist(), scale, "trl")
-    check(res.grpo, expected_grpo[perm], "grpo")
-    check(res.gdpo, expected_gdpo[perm], "gdpo")
+    for perm in (np.random.default_rng(7).permutation(rewards.shape[0]), np.arange(rewards.shape[0])):
+        res = run_engine(rewards[perm], group[perm], step[perm], weights.tolist(), scale, "trl")
+        check(res.grpo, expected_grpo[perm], "grpo")
+        check(res.gdpo, expected_gdpo[perm], "gdpo")
+
+
+def test_block_layout_keeps_constant_groups_exactly_zero():
+    """Consecutive equal-size groups (the engine's block path): a constant group still gives exactly 0."""
+    from collapse_doctor.advantages import Segments
+
+    rewards = np.array([[0.1, 0.7]] * 4 + [[0.3, 0.2], [0.9, 0.1], [0.2, 0.4], [0.5, 0.5]], dtype=np.float32)
+    group = np.repeat(np.arange(2), 4)
+    assert Segments.build(torch.from_numpy(group)).block == 4
+    for convention in CONVENTIONS:
+        res = run_engine(rewards, group, None, [1.0, 0.5], "group", convention)
+        assert res.grpo[:4].tolist() == [0.0] * 4
+        assert res.zscores[:4].tolist() == [[0.0, 0.0]] * 4
 
 
 # ---------------------------------------------------------------------------------------------------------
