@@ -138,7 +138,6 @@ def test_healthy_scenarios_stay_quiet_over_20_seeds(scenario: str, tmp_path: Pat
         bad = [f.code for f in diagnosis.findings if f.severity >= Severity.WARNING]
         if bad:
             noisy[seed] = bad
-        assert diagnosis.verdict == "healthy" or bad
     assert noisy == {}
 
 
