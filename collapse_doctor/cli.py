@@ -109,6 +109,27 @@ def _split(text: str | None) -> list[str] | None:
     return [part.strip() for part in text.split(",") if part.strip()]
 
 
+def _read_options(
+    weights: str | None,
+    device: str,
+    step_col: str | None,
+    group_col: str | None,
+    reward_cols: str | None,
+    group_size: int | None,
+) -> dict[str, Any]:
+    """The input and device options that every command reading a run passes to the library."""
+    from collapse_doctor.schema import parse_weights
+
+    return {
+        "weights": parse_weights(weights),
+        "device": device,
+        "step_col": step_col,
+        "group_col": group_col,
+        "reward_cols": _split(reward_cols),
+        "group_size": group_size,
+    }
+
+
 def _version(value: bool) -> None:
     if value:
         typer.echo(f"collapse-doctor {__version__}")
@@ -145,7 +166,6 @@ def advantages(
     """
     with user_errors(debug):
         from collapse_doctor.export import export_advantages
-        from collapse_doctor.schema import parse_weights
 
         progress = DelayedProgress("recomputing advantages")
         try:
@@ -154,13 +174,8 @@ def advantages(
                 output,
                 convention=convention,
                 scale=scale,
-                weights=parse_weights(weights),
-                device=device,
-                step_col=step_col,
-                group_col=group_col,
-                reward_cols=_split(reward_cols),
-                group_size=group_size,
                 on_progress=progress,
+                **_read_options(weights, device, step_col, group_col, reward_cols, group_size),
             )
         finally:
             progress.close()
@@ -221,7 +236,6 @@ def scan(
     """
     with user_errors(debug):
         from collapse_doctor.diagnosis import diagnose
-        from collapse_doctor.schema import parse_weights
 
         if output_format not in ("text", "json", "github"):
             from collapse_doctor.errors import UsageError
@@ -231,18 +245,13 @@ def scan(
         try:
             diagnosis = diagnose(
                 paths,
-                weights=parse_weights(weights),
                 algo=algo,
                 config=config,
                 fail_on=fail_on,
                 only=_split(only),
                 ignore=_split(ignore),
-                device=device,
-                step_col=step_col,
-                group_col=group_col,
-                reward_cols=_split(reward_cols),
-                group_size=group_size,
                 on_progress=progress,
+                **_read_options(weights, device, step_col, group_col, reward_cols, group_size),
             )
         finally:
             progress.close()
