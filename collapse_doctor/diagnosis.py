@@ -66,6 +66,7 @@ class RunSummary:
             "algorithm": self.algorithm,
             "algorithm_source": self.algorithm_source,
             "logged_advantage": self.logged_advantage,
+            "device": self.device,
             "warnings": list(self.warnings),
         }
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
@@ -324,7 +324,6 @@ class RolloutBatch:
     """``[N]`` float32 advantage the trainer logged, if the input has one."""
     extra: pa.Table | None = None
     """Optional columns carried along (prompt, completion, completion_length)."""
-    notes: dict[str, int] = field(default_factory=dict)
 
     @property
     def num_rows(self) -> int:

@@ -101,7 +101,8 @@ def render_text(diagnosis: Diagnosis, file: IO[str] | None = None, *, color: boo
     )
     channels = ", ".join(f"{c} (w={run.weights[c]:g})" for c in run.channels)
     console.print(f"  channels {channels}")
-    console.print(f"  algorithm {run.algorithm.upper()} ({run.algorithm_source})")
+    algorithm = f"{run.algorithm.upper()} ({run.algorithm_source})"
+    console.print(f"  algorithm {algorithm}; advantages recomputed on {run.device}")
     for warning in run.warnings:
         console.print(f"  warning: {warning}", style="yellow")
     console.print()
