@@ -53,7 +53,6 @@ class Config:
     min_persistence: int = 3
     severity: Mapping[str, str] = field(default_factory=dict)
     thresholds: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
-    source: str | None = None
 
     def threshold(self, code: str, name: str) -> Any:
         from collapse_doctor.detectors import REGISTRY
@@ -120,7 +119,7 @@ def parse_config(table: Mapping[str, Any], *, source: str, base: Config | None =
             f"{source}: unknown key(s) {unknown} in the collapse-doctor config",
             hint=f"known keys: {', '.join(sorted(_TOP_KEYS))}",
         )
-    changes: dict[str, Any] = {"source": source}
+    changes: dict[str, Any] = {}
     if "fail_on" in table:
         changes["fail_on"] = check_fail_on(str(table["fail_on"]), option=f"{source}: fail_on")
     for key in ("only", "ignore"):

@@ -39,7 +39,6 @@ REWARD_PREFIXES: tuple[str, ...] = ("reward/", "reward_", "rewards.")
 REWARD_STRUCT = "rewards"
 WEIGHTS_METADATA_KEY = "collapse_doctor.weights"
 GROUND_TRUTH_METADATA_KEY = "collapse_doctor.ground_truth"
-TEXT_COLUMNS: tuple[str, ...] = (PROMPT, COMPLETION)
 
 
 def channel_column(channel: str) -> str:

@@ -33,9 +33,6 @@ class RunSeries:
     def num_steps(self) -> int:
         return len(self.steps)
 
-    def channel(self, name: str, channel: str) -> np.ndarray:
-        return self.values[name][:, self.channels.index(channel)]
-
     def to_json(self) -> dict[str, Any]:
         """``{"step": [...], name: [...] | {channel: [...]} | {"a|b": [...]}}`` with NaN as null."""
         out: dict[str, Any] = {"step": [int(s) for s in self.steps]}
