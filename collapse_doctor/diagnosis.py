@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -21,6 +21,9 @@ from collapse_doctor.errors import UsageError
 from collapse_doctor.memory import release_free_memory
 from collapse_doctor.series import RunSeries, SeriesBuilder
 
+if TYPE_CHECKING:
+    from collapse_doctor.stats import ChunkInput
+
 ALGORITHMS = ("auto", "grpo", "gdpo")
 ALGO_MATCH_MAE = 0.01
 """Logged advantages within this mean absolute difference of a recomputation identify the algorithm."""
@@ -30,6 +33,9 @@ SCAN_CHUNK_ROWS = 1 << 18
 """Rows per statistics pass: the statistics make many temporaries, so smaller chunks keep the peak low."""
 TRIM_EVERY_ROWS = 1 << 20
 """Give freed heap memory back to the OS this often (see collapse_doctor.memory)."""
+
+ChunkCollector = Callable[[np.ndarray, "ChunkInput"], None]
+"""Called once per chunk with the chunk's step numbers ``[S]`` (ascending) and its ChunkInput."""
 
 
 @dataclass(frozen=True)
@@ -224,11 +230,14 @@ def diagnose(
     reward_cols: Sequence[str] | None = None,
     group_size: int | None = None,
     on_progress: Callable[[int, int], None] | None = None,
+    collectors: Sequence[ChunkCollector] = (),
 ) -> Diagnosis:
     """Scan a run: ingest, recompute GRPO/GDPO advantages, reduce per step, run detectors.
 
     ``config`` is a :class:`Config`, a config file path, or ``None`` (discover a ``collapse-doctor.toml``
     or ``pyproject.toml`` walking up from the first input). Explicit options override the config.
+    Each of ``collectors`` is called with every chunk's step numbers and its :class:`ChunkInput` (rewards,
+    indices and recomputed advantages), for consumers that keep more than the series (the HTML report).
     """
     from collapse_doctor.advantages import compute_advantages, resolve_device
     from collapse_doctor.batching import chunk_steps, stack_chunk
@@ -267,11 +276,13 @@ def diagnose(
         stacked = stack_chunk(chunk)
         rewards, group_index, step_index, weight_t, logged = stacked.tensors(channels, run.weights, dev)
         adv = compute_advantages(rewards, group_index, weights=weight_t, step_index=step_index)
-        stats = step_statistics(
-            ChunkInput(rewards, group_index, step_index, weight_t, adv, stacked.num_groups, len(chunk), logged)
-        )
+        n_groups = stacked.num_groups
+        chunk_input = ChunkInput(rewards, group_index, step_index, weight_t, adv, n_groups, len(chunk), logged)
+        stats = step_statistics(chunk_input)
+        for collect in collectors:
+            collect(stacked.steps, chunk_input)
         builder.add(stacked.steps, {k: v.cpu().numpy() for k, v in stats.items()})
-        del rewards, group_index, step_index, logged, adv, stats
+        del rewards, group_index, step_index, logged, adv, stats, chunk_input
         done += len(stacked.rewards)
         if done - trimmed_at >= TRIM_EVERY_ROWS:
             release_free_memory()
