@@ -123,12 +123,14 @@ def centered_segments(
     num_segments: int | None = None,
     *,
     accumulate: torch.dtype | None = None,
+    nan_free: bool = False,
 ) -> tuple[Tensor, Tensor, Tensor]:
     """Deviation of each value from its segment's mean, plus each segment's count and std (ddof=1).
 
     NaN values are ignored (their deviation is NaN). Each segment is first shifted by one of its own
     values, so a segment of equal values has deviations and std of exactly 0, and large offsets do
-    not eat float32 precision. ``std`` is NaN for segments with fewer than two values.
+    not eat float32 precision. ``std`` is NaN for segments with fewer than two values. ``nan_free``
+    promises that ``values`` hold no NaN and skips looking for them.
 
     >>> dev, count, std = centered_segments(torch.tensor([1.0, 3.0, 5.0, 5.0]), torch.tensor([0, 0, 1, 1]), 2)
     >>> dev.tolist(), count.tolist(), std.tolist()
@@ -138,8 +140,9 @@ def centered_segments(
     idx = seg.index
     dtype = accumulate or values.dtype
     zeros = torch.zeros(seg.size, dtype=dtype, device=values.device)
-    nan = torch.isnan(values)
-    if not bool(nan.any()) and seg.block is not None:
+    nan = None if nan_free else torch.isnan(values)
+    has_nan = nan is not None and bool(nan.any())
+    if not has_nan and seg.block is not None:
         # Consecutive equal-size blocks without NaN: plain reductions over a [size, block] view.
         blocks = values.view(seg.size, seg.block)
         shifted_b = (blocks - blocks[:, :1]).to(dtype)
@@ -147,7 +150,7 @@ def centered_segments(
         count = seg.rows.to(dtype)
         squares = (deviation_b * deviation_b).sum(dim=1)
         deviation = deviation_b.reshape(-1)
-    elif not bool(nan.any()):
+    elif not has_nan:
         # No NaN: shift by the segment's first value, counts are the row counts.
         shifted = (values - values[seg.first][idx]).to(dtype)
         count = seg.rows.to(dtype)
@@ -155,6 +158,7 @@ def centered_segments(
         deviation = shifted - mean[idx]
         squares = zeros.scatter_add(0, idx, deviation * deviation)
     else:
+        assert nan is not None
         valid = ~nan
         neg_inf = torch.full((seg.size,), float("-inf"), dtype=values.dtype, device=values.device)
         shift = neg_inf.scatter_reduce(0, idx, torch.where(valid, values, float("-inf")), reduce="amax")
@@ -182,12 +186,13 @@ def _normalize(
     scale_by: tuple[Segments, Tensor] | None = None,
     divide: bool = True,
     accumulate: torch.dtype | None = None,
+    nan_free: bool = False,
 ) -> Tensor:
     """Z-score ``values`` within segments under ``convention``; NaN values map to NaN.
 
     ``scale_by`` = (segments, std per segment) replaces the segment's own std (GRPO's batch scaling).
     """
-    deviation, count, std = centered_segments(values, seg, accumulate=accumulate)
+    deviation, count, std = centered_segments(values, seg, accumulate=accumulate, nan_free=nan_free)
     single = count == 1
     verl_singles = convention == "verl" and bool(single.any())
     if verl_singles:
@@ -326,12 +331,46 @@ def compute_advantages(
     >>> res.grpo.double().round(decimals=4).tolist(), res.gdpo.double().round(decimals=4).tolist()
     ([0.707, -0.707, 0.0, 0.0], [1.2245, -1.2245, 0.0, 0.0])
     """
+    _check_option(scale, SCALES, "--scale")
     _check_option(convention, CONVENTIONS, "--convention")
     rewards, groups, weights, steps = _prepare(rewards, group_index, weights, step_index)
+    if not bool(torch.isnan(rewards).any()):
+        return _nan_free_advantages(rewards, groups, weights, steps, scale, convention)
     zscores = group_zscores(rewards, groups, convention=convention)
     grpo = grpo_advantages(rewards, groups, weights=weights, step_index=steps, scale=scale, convention=convention)
     gdpo = gdpo_advantages(rewards, groups, weights=weights, step_index=steps, convention=convention, zscores=zscores)
     return AdvantageResult(grpo=grpo, gdpo=gdpo, zscores=zscores)
+
+
+def _nan_free_advantages(
+    rewards: Tensor, groups: Segments, weights: Tensor, steps: Segments, scale: str, convention: str
+) -> AdvantageResult:
+    """:func:`compute_advantages` for rewards without NaN, channel by channel on a ``[C, N]`` copy.
+
+    Weighted sums run over contiguous channel rows instead of ``nansum`` over a short last dimension
+    (several times slower on CPU), and ``zscores`` is a transposed view of the ``[C, N]`` result.
+    """
+    columns = rewards.t().contiguous()
+    w = weights.tolist()
+
+    def weighted_sum(parts: Tensor) -> Tensor:
+        total = parts[0] * w[0]
+        for k in range(1, parts.shape[0]):
+            total = total + parts[k] * w[k]
+        return total
+
+    zscores = torch.stack([_normalize(column, groups, convention, nan_free=True) for column in columns])
+    total = weighted_sum(columns)
+    if scale == "group":
+        grpo = _normalize(total, groups, convention, nan_free=True)
+    elif scale == "none":
+        grpo = _normalize(total, groups, convention, divide=False, nan_free=True)
+    else:
+        _, _, step_std = centered_segments(total, steps, accumulate=torch.float64, nan_free=True)
+        grpo = _normalize(total, groups, convention, scale_by=(steps, step_std), nan_free=True)
+    fused = weighted_sum(zscores)
+    gdpo = _normalize(fused, steps, convention, accumulate=torch.float64, nan_free=True)
+    return AdvantageResult(grpo=grpo, gdpo=gdpo, zscores=zscores.t())
 
 
 def group_zscore_bound(group_size: int) -> float:

@@ -240,7 +240,6 @@ def diagnose(
     indices and recomputed advantages), for consumers that keep more than the series (the HTML report).
     """
     from collapse_doctor.advantages import compute_advantages, resolve_device
-    from collapse_doctor.batching import chunk_steps, stack_chunk
     from collapse_doctor.io.parquet import ParquetRun, resolve_inputs
     from collapse_doctor.stats import ChunkInput, channel_pairs, step_statistics
 
@@ -272,12 +271,11 @@ def diagnose(
     channels = run.channels
     builder = SeriesBuilder(channels, channel_pairs(channels))
     done = trimmed_at = 0
-    for chunk in chunk_steps(run.iter_steps(), SCAN_CHUNK_ROWS):
-        stacked = stack_chunk(chunk)
+    for stacked in run.iter_chunks(SCAN_CHUNK_ROWS):
         rewards, group_index, step_index, weight_t, logged = stacked.tensors(channels, run.weights, dev)
         adv = compute_advantages(rewards, group_index, weights=weight_t, step_index=step_index)
-        n_groups = stacked.num_groups
-        chunk_input = ChunkInput(rewards, group_index, step_index, weight_t, adv, n_groups, len(chunk), logged)
+        num = stacked.num_groups, len(stacked.steps)
+        chunk_input = ChunkInput(rewards, group_index, step_index, weight_t, adv, *num, logged)
         stats = step_statistics(chunk_input)
         for collect in collectors:
             collect(stacked.steps, chunk_input)

@@ -6,9 +6,11 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
+from collapse_doctor.batching import StackedChunk, stack_chunk
 from collapse_doctor.errors import InputError, SchemaError, UsageError
 from collapse_doctor.io import parquet as parquet_io
 from collapse_doctor.io.parquet import ParquetRun, resolve_inputs
@@ -271,3 +273,76 @@ def test_metadata_weights_must_be_json(write_table: WriteTable, tmp_path: Path) 
     pq.write_table(table, path)
     with pytest.raises(SchemaError, match="is not a JSON object of numbers"):
         ParquetRun([path])
+
+
+def _per_step(chunks: list[StackedChunk]) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+    """step -> (rewards, group ids counted from 0 within the step), from stacked chunks."""
+    out = {}
+    for chunk in chunks:
+        for k, step in enumerate(chunk.steps.tolist()):
+            rows = chunk.step_index == k
+            groups = chunk.group_index[rows]
+            out[step] = (chunk.rewards[rows], groups - groups.min())
+    return out
+
+
+def _assert_chunks_match_steps(run: ParquetRun, max_rows: int) -> list[StackedChunk]:
+    chunks = list(run.iter_chunks(max_rows))
+    for chunk in chunks:
+        assert chunk.num_groups == int(chunk.group_index.max()) + 1
+        assert np.all(np.diff(chunk.steps) > 0)
+    reference = _per_step([stack_chunk([batch]) for batch in run.iter_steps()])
+    got = _per_step(chunks)
+    assert got.keys() == reference.keys()
+    for step, (rewards, groups) in reference.items():
+        np.testing.assert_array_equal(got[step][0], rewards, err_msg=f"step {step}")
+        np.testing.assert_array_equal(got[step][1], groups, err_msg=f"step {step}")
+    return chunks
+
+
+@pytest.mark.parametrize("layout", ["group_id", "interleaved", "string_ids", "prompt", "blocks", "unsorted"])
+def test_chunks_match_per_step_assembly(write_table: WriteTable, monkeypatch: pytest.MonkeyPatch, layout: str) -> None:
+    # Small record batches so that steps span batches and chunks are cut between them.
+    monkeypatch.setattr(parquet_io, "BATCH_ROWS", 20)
+    table = make_table(steps=6, groups=5, group_size=6)
+    options: dict[str, object] = {}
+    if layout == "interleaved":  # a group's rows are not consecutive: ids repeat later in the step
+        steps = table.column("step").to_numpy()
+        table = table.take(pa.array(np.lexsort((np.arange(table.num_rows) % 7, steps))))
+        assert table.column("group_id").to_pylist()[:4] == [0, 1, 2, 3]
+    elif layout == "string_ids":
+        table = table.set_column(1, "group_id", pc.cast(table.column("group_id"), pa.string()))
+    elif layout == "prompt":
+        table = table.drop_columns(["group_id"])
+    elif layout == "blocks":
+        table = table.drop_columns(["group_id", "prompt"]).slice(0, 168)  # the last step is ragged
+        options["group_size"] = 5
+    elif layout == "unsorted":
+        table = table.take(pa.array(np.random.default_rng(0).permutation(table.num_rows)))
+    run = ParquetRun([write_table(table, row_group_size=45)], **options)  # type: ignore[arg-type]
+    assert run.sorted_steps == (layout != "unsorted")
+    chunks = _assert_chunks_match_steps(run, max_rows=50)
+    assert len(chunks) > 2
+    if layout == "blocks":
+        assert run.notes.ragged_blocks == 2  # counted once per pass
+
+
+def test_chunks_across_files_and_large_steps(write_table: WriteTable, tmp_path: Path) -> None:
+    table = make_table(steps=4, groups=4, group_size=8, text=False)
+    # Step 1 is split over two files; chunks smaller than one step keep each step whole.
+    write_table(table.slice(0, 40), "a/part-0.parquet")
+    write_table(table.slice(40), "a/part-1.parquet")
+    run = ParquetRun([tmp_path / "a"])
+    assert run.sorted_steps
+    # Chunks are cut between record batches, at the last step boundary read so far.
+    chunks = _assert_chunks_match_steps(run, max_rows=10)
+    assert [c.steps.tolist() for c in chunks] == [[0], [1, 2, 3]]
+    assert [c.steps.tolist() for c in _assert_chunks_match_steps(run, max_rows=10_000)] == [[0, 1, 2, 3]]
+
+
+def test_null_group_id_is_an_error_in_chunks(write_table: WriteTable) -> None:
+    table = make_table()
+    group = pa.array([*table.column("group_id").to_pylist()[:40], None, *table.column("group_id").to_pylist()[41:]])
+    run = ParquetRun([write_table(table.set_column(1, "group_id", group))])
+    with pytest.raises(SchemaError, match=r"group column 'group_id' has 1 empty \(null\) value\(s\) at step 1"):
+        list(run.iter_chunks(1000))

@@ -27,6 +27,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from collapse_doctor.batching import StackedChunk, chunk_steps, stack_chunk
 from collapse_doctor.errors import InputError, SchemaError
 from collapse_doctor.schema import (
     GROUND_TRUTH_METADATA_KEY,
@@ -213,6 +214,8 @@ class ParquetRun:
         self.notes = IngestNotes()
         self._last_row: dict[int, int] = {}
         self.num_rows = 0
+        self.sorted_steps = True
+        """Whether steps never decrease in reading order (then :meth:`iter_chunks` takes its fast path)."""
         self._scan()
 
     @property
@@ -240,6 +243,7 @@ class ParquetRun:
         inf_rows: Counter[str] = Counter()
         inf_file: dict[str, Path] = {}
         offset = 0
+        previous: int | None = None
         for path, handle in zip(self.files, self._handles, strict=True):
             for batch in _iter_batches(handle, path, read):
                 steps = _step_values(batch.column(cols.step), path, cols.step)
@@ -252,8 +256,15 @@ class ParquetRun:
                         inf_rows[reward.channel] += infinite
                         inf_file.setdefault(reward.channel, path)
                 if len(steps):
-                    unique, first_in_reversed = np.unique(steps[::-1], return_index=True)
-                    last = offset + len(steps) - 1 - first_in_reversed
+                    ascending = bool(np.all(steps[1:] >= steps[:-1]))
+                    if ascending:  # the usual layout: each step's rows end where the next step starts
+                        ends = np.append(np.flatnonzero(steps[1:] != steps[:-1]), len(steps) - 1)
+                        unique, last = steps[ends], offset + ends
+                    else:
+                        unique, first_in_reversed = np.unique(steps[::-1], return_index=True)
+                        last = offset + len(steps) - 1 - first_in_reversed
+                    self.sorted_steps &= ascending and (previous is None or int(steps[0]) >= previous)
+                    previous = int(steps[-1])
                     self._last_row.update(zip(unique.tolist(), last.tolist(), strict=True))
                 offset += len(steps)
         self.num_rows = offset
@@ -290,6 +301,90 @@ class ParquetRun:
                 done = sorted(s for s in pending if self._last_row[s] < offset)
                 for step in done:
                     yield self._assemble(step, pending.pop(step), path)
+
+    def iter_chunks(self, max_rows: int) -> Iterator[StackedChunk]:
+        """Pass 2 in chunks of whole steps (about ``max_rows`` rows; a larger step stays whole).
+
+        With steps in ascending order (the usual layout) a chunk is cut straight from the record batches,
+        with no per-step work; otherwise steps are assembled one by one and stacked.
+        """
+        if not self.sorted_steps:
+            for batches in chunk_steps(self.iter_steps(), max_rows):
+                yield stack_chunk(batches)
+            return
+        cols = self.columns
+        read = [c for c in cols.source_columns if c != cols.completion_length]
+        pending: list[pa.RecordBatch] = []
+        rows = offset = 0
+        for path, handle in zip(self.files, self._handles, strict=True):
+            for batch in _iter_batches(handle, path, read):
+                if cols.group is not None and batch.column(cols.group).null_count:
+                    self._null_groups(batch, path)
+                pending.append(batch)
+                rows += batch.num_rows
+                offset += batch.num_rows
+                if rows < max_rows:
+                    continue
+                table = pa.Table.from_batches(pending)
+                steps = _step_values(table.column(cols.step).combine_chunks(), path, cols.step)
+                last_step = int(steps[-1])
+                cut = rows if self._last_row[last_step] < offset else int(np.searchsorted(steps, last_step))
+                if cut == 0:
+                    continue  # one step larger than a chunk: keep reading until it is complete
+                yield self._stack(table.slice(0, cut), steps[:cut], path)
+                rest = table.slice(cut)
+                pending, rows = rest.to_batches(), rest.num_rows
+        if rows:
+            table = pa.Table.from_batches(pending)
+            steps = _step_values(table.column(cols.step).combine_chunks(), self.files[-1], cols.step)
+            yield self._stack(table, steps, self.files[-1])
+
+    def _null_groups(self, batch: pa.RecordBatch, path: Path) -> None:
+        cols = self.columns
+        assert cols.group is not None
+        keys = batch.column(cols.group)
+        steps = batch.column(cols.step).filter(pc.is_null(keys))
+        raise SchemaError(
+            f"{path}: group column {cols.group!r} has {keys.null_count} empty (null) value(s) at step {steps[0]}",
+            hint="fill the group ids, or pass --group-size N for consecutive blocks",
+        )
+
+    def _stack(self, table: pa.Table, steps: np.ndarray, path: Path) -> StackedChunk:
+        """One chunk of whole steps in ascending order: dense group ids unique across the chunk."""
+        cols = self.columns
+        table = table.combine_chunks()
+        n = table.num_rows
+        step_starts = np.concatenate([[0], np.flatnonzero(steps[1:] != steps[:-1]) + 1])
+        step_lengths = np.diff(np.append(step_starts, n))
+        step_index = np.repeat(np.arange(len(step_starts)), step_lengths)
+        if cols.group is None and cols.group_size is not None:
+            size = cols.group_size
+            per_step = -(-step_lengths // size)
+            self.notes.ragged_blocks += int(np.count_nonzero(step_lengths % size))
+            group_offsets = np.concatenate([[0], np.cumsum(per_step)[:-1]])
+            position = np.arange(n) - np.repeat(step_starts, step_lengths)
+            group_index = position // size + np.repeat(group_offsets, step_lengths)
+        else:
+            name = cols.group if cols.group is not None else cols.prompt
+            assert name is not None  # discover_columns guarantees a way to group
+            group_index = _group_runs(table.column(name).chunk(0), step_starts, step_index)
+        num_groups = int(group_index.max()) + 1
+        sizes = np.bincount(group_index, minlength=num_groups)
+        self.notes.group_sizes.update(dict(zip(*np.unique(sizes, return_counts=True), strict=True)))
+        if cols.completion:
+            self.notes.duplicate_rows += _count_duplicates(table, group_index, cols)
+        rewards = np.stack([to_float32(reward_array(table, r)) for r in cols.rewards], axis=1)
+        logged = None
+        if cols.advantage:  # writable: torch wants to own what it wraps
+            logged = np.require(to_float32(table.column(cols.advantage).chunk(0)), requirements="W")
+        return StackedChunk(
+            rewards=rewards,
+            group_index=group_index,
+            step_index=step_index,
+            steps=steps[step_starts],
+            num_groups=num_groups,
+            logged=logged,
+        )
 
     def _assemble(self, step: int, parts: list[tuple[np.ndarray, pa.RecordBatch]], path: Path) -> RolloutBatch:
         cols = self.columns
@@ -336,6 +431,30 @@ class ParquetRun:
         prompts = table.column(cols.prompt).combine_chunks()
         index = dense_codes(prompts)
         return pa.array(index), index
+
+
+def _group_runs(keys: pa.Array, step_starts: np.ndarray, step_index: np.ndarray) -> np.ndarray:
+    """Dense group ids for rows sorted by step: a group is the rows of one step sharing a key.
+
+    Groups usually come as runs of consecutive rows; then ids are run numbers. When a key comes back
+    later in its step, fall back to encoding each step's keys.
+    """
+    n = len(keys)
+    new_run = np.zeros(n, dtype=bool)
+    new_run[step_starts] = True
+    if n > 1:
+        new_run[1:] |= np.asarray(pc.not_equal(keys.slice(1), keys.slice(0, n - 1)).to_numpy(zero_copy_only=False))
+    run_starts = np.flatnonzero(new_run)
+    runs = pa.table({"step": step_index[run_starts], "key": keys.take(pa.array(run_starts))})
+    if runs.group_by(["step", "key"]).aggregate([]).num_rows == len(run_starts):
+        return np.cumsum(new_run) - 1
+    ends = np.append(step_starts[1:], n)
+    codes, offset = [], 0
+    for start, end in zip(step_starts.tolist(), ends.tolist(), strict=True):
+        local = dense_codes(keys.slice(start, end - start))
+        codes.append(local + offset)
+        offset += int(local.max()) + 1
+    return np.concatenate(codes)
 
 
 def dense_codes(keys: pa.Array) -> np.ndarray:
