@@ -22,6 +22,7 @@ from collapse_doctor.memory import release_free_memory
 from collapse_doctor.series import RunSeries, SeriesBuilder
 
 if TYPE_CHECKING:
+    from collapse_doctor.batching import StackedChunk
     from collapse_doctor.stats import ChunkInput
 
 ALGORITHMS = ("auto", "grpo", "gdpo")
@@ -242,6 +243,7 @@ def diagnose(
     from collapse_doctor.advantages import compute_advantages, resolve_device
     from collapse_doctor.io.parquet import ParquetRun, resolve_inputs
     from collapse_doctor.stats import ChunkInput, channel_pairs, step_statistics
+    from collapse_doctor.workers import ChunkWorkers
 
     if algo not in ALGORITHMS:
         raise UsageError(f"--algo {algo!r} is not one of {', '.join(ALGORITHMS)}")
@@ -271,22 +273,26 @@ def diagnose(
     channels = run.channels
     builder = SeriesBuilder(channels, channel_pairs(channels))
     done = trimmed_at = 0
-    for stacked in run.iter_chunks(SCAN_CHUNK_ROWS):
+
+    def reduce_chunk(stacked: StackedChunk) -> tuple[StackedChunk, ChunkInput, dict[str, np.ndarray]]:
         rewards, group_index, step_index, weight_t, logged = stacked.tensors(channels, run.weights, dev)
         adv = compute_advantages(rewards, group_index, weights=weight_t, step_index=step_index)
         num = stacked.num_groups, len(stacked.steps)
         chunk_input = ChunkInput(rewards, group_index, step_index, weight_t, adv, *num, logged)
-        stats = step_statistics(chunk_input)
-        for collect in collectors:
-            collect(stacked.steps, chunk_input)
-        builder.add(stacked.steps, {k: v.cpu().numpy() for k, v in stats.items()})
-        del rewards, group_index, step_index, logged, adv, stats, chunk_input
-        done += len(stacked.rewards)
-        if done - trimmed_at >= TRIM_EVERY_ROWS:
-            release_free_memory()
-            trimmed_at = done
-        if on_progress is not None:
-            on_progress(done, run.num_rows)
+        return stacked, chunk_input, {k: v.cpu().numpy() for k, v in step_statistics(chunk_input).items()}
+
+    with ChunkWorkers(dev) as workers:
+        for stacked, chunk_input, stats in workers.map(reduce_chunk, run.iter_chunks(SCAN_CHUNK_ROWS)):
+            for collect in collectors:
+                collect(stacked.steps, chunk_input)
+            builder.add(stacked.steps, stats)
+            del chunk_input, stats
+            done += len(stacked.rewards)
+            if done - trimmed_at >= TRIM_EVERY_ROWS:
+                release_free_memory()
+                trimmed_at = done
+            if on_progress is not None:
+                on_progress(done, run.num_rows)
     series = builder.build()
 
     algorithm, source = _detect_algorithm(series, algo)

@@ -1,0 +1,73 @@
+"""Reduce chunks on a few threads, each running torch single-threaded.
+
+Torch's own (intra-op) threading splits every operation across cores and waits for all of them at
+the end of each one. A scan runs hundreds of small operations per chunk, so on a machine whose cores
+are also busy with something else (a training job, a test suite) each operation waits for a thread
+that is not scheduled, and a scan gets many times slower. Giving each core whole chunks instead
+(torch releases the GIL inside its kernels) keeps the same speed on an idle machine and degrades
+gracefully on a busy one. See docs/benchmarks.md.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from types import TracebackType
+from typing import TypeVar
+
+import torch
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+MAX_WORKERS = 4
+"""More threads would mostly hold more chunks in memory: the work is bound by memory bandwidth."""
+
+
+def available_cores() -> int:
+    """Cores this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+class ChunkWorkers:
+    """``map`` over chunks, in order, with up to one chunk per core in flight.
+
+    On CPU, torch runs single-threaded inside the block (restored on exit); on a GPU the work is
+    queued on the device anyway, so chunks run one at a time in the caller's thread.
+    """
+
+    def __init__(self, device: str, workers: int | None = None) -> None:
+        on_cpu = torch.device(device).type == "cpu"
+        self.workers = (workers or min(MAX_WORKERS, available_cores())) if on_cpu else 1
+        self._threads = torch.get_num_threads()
+        self._pool: ThreadPoolExecutor | None = None
+
+    def __enter__(self) -> ChunkWorkers:
+        if self.workers > 1:
+            torch.set_num_threads(1)
+            self._pool = ThreadPoolExecutor(self.workers, thread_name_prefix="collapse-doctor")
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None
+            torch.set_num_threads(self._threads)
+
+    def map(self, work: Callable[[T], R], items: Iterable[T]) -> Iterator[R]:
+        """``work(item)`` for every item, results in input order; reading runs ahead by one item per worker."""
+        if self._pool is None:
+            yield from map(work, items)
+            return
+        pending: deque[Future[R]] = deque()
+        for item in items:
+            pending.append(self._pool.submit(work, item))
+            if len(pending) > self.workers:
+                yield pending.popleft().result()
+        while pending:
+            yield pending.popleft().result()
