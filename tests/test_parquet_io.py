@@ -346,3 +346,26 @@ def test_null_group_id_is_an_error_in_chunks(write_table: WriteTable) -> None:
     run = ParquetRun([write_table(table.set_column(1, "group_id", group))])
     with pytest.raises(SchemaError, match=r"group column 'group_id' has 1 empty \(null\) value\(s\) at step 1"):
         list(run.iter_chunks(1000))
+
+
+@pytest.mark.parametrize("sorted_steps", [True, False])
+def test_rewards_checked_in_pass_two_when_deferred(write_table: WriteTable, sorted_steps: bool) -> None:
+    table = make_table(steps=4, text=False)
+    correct = table.column("reward/correct").to_numpy().copy()
+    correct[[5, 70]] = np.nan
+    table = table.set_column(3, "reward/correct", pa.array(correct))
+    if not sorted_steps:
+        table = table.take(pa.array(np.random.default_rng(1).permutation(table.num_rows)))
+    path = write_table(table)
+    early, late = ParquetRun([path]), ParquetRun([path], check_rewards_first=False)
+    assert late.notes.nan_rewards["correct"] == 0  # nothing read yet
+    chunks = list(late.iter_chunks(1000))
+    assert late.notes.nan_rewards == early.notes.nan_rewards == {"format": 0, "correct": 2}
+    assert sum(len(c.rewards) for c in chunks) == early.num_rows
+
+    bad = correct.copy()
+    bad[100] = np.inf
+    path = write_table(table.set_column(3, "reward/correct", pa.array(bad)), "bad.parquet")
+    late = ParquetRun([path], check_rewards_first=False)  # opening does not read the rewards
+    with pytest.raises(SchemaError, match=r"bad.parquet: reward column 'reward/correct' has 1 row\(s\) with \+inf"):
+        list(late.iter_chunks(1000))

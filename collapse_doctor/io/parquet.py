@@ -182,8 +182,12 @@ class ParquetRun:
     """A run stored as one or more Parquet files in the canonical layout (or close to it).
 
     Opening validates every file and scans the step and reward columns; :meth:`iter_steps` then
-    yields one :class:`RolloutBatch` per training step.
+    yields one :class:`RolloutBatch` per training step. With ``check_rewards_first=False`` the
+    opening pass reads only the step column and rewards are checked (NaN counts, +-inf rejected) as
+    pass 2 reads them: less reading for callers that write nothing before the end (``scan``).
     """
+
+    check_rewards_first: bool = True
 
     def __init__(
         self,
@@ -194,7 +198,9 @@ class ParquetRun:
         reward_cols: Sequence[str] | None = None,
         group_size: int | None = None,
         weights: dict[str, float] | None = None,
+        check_rewards_first: bool = True,
     ) -> None:
+        self.check_rewards_first = check_rewards_first
         self.files = resolve_inputs(paths)
         self._handles = [open_parquet(p) for p in self.files]
         first = self._handles[0]
@@ -237,9 +243,10 @@ class ParquetRun:
             return None
 
     def _scan(self) -> None:
-        """Pass 1: validate steps and rewards, find where each step ends."""
+        """Pass 1: validate steps (and rewards, unless deferred), find where each step ends."""
         cols = self.columns
-        read = list(dict.fromkeys([cols.step, *(r.column for r in cols.rewards)]))
+        early = self.check_rewards_first
+        read = list(dict.fromkeys([cols.step, *(r.column for r in cols.rewards if early)]))
         inf_rows: Counter[str] = Counter()
         inf_file: dict[str, Path] = {}
         offset = 0
@@ -247,14 +254,11 @@ class ParquetRun:
         for path, handle in zip(self.files, self._handles, strict=True):
             for batch in _iter_batches(handle, path, read):
                 steps = _step_values(batch.column(cols.step), path, cols.step)
-                for reward in cols.rewards:
-                    values = to_float32(reward_array(batch, reward))
-                    nan = np.isnan(values)
-                    self.notes.nan_rewards[reward.channel] += int(nan.sum())
-                    infinite = int(np.isinf(values).sum())
-                    if infinite:
-                        inf_rows[reward.channel] += infinite
-                        inf_file.setdefault(reward.channel, path)
+                if early:
+                    rewards = np.stack([to_float32(reward_array(batch, r)) for r in cols.rewards], axis=1)
+                    for channel, count in self._count_rewards(rewards).items():
+                        inf_rows[channel] += count
+                        inf_file.setdefault(channel, path)
                 if len(steps):
                     ascending = bool(np.all(steps[1:] >= steps[:-1]))
                     if ascending:  # the usual layout: each step's rows end where the next step starts
@@ -270,14 +274,34 @@ class ParquetRun:
         self.num_rows = offset
         if inf_rows:
             channel, count = inf_rows.most_common(1)[0]
-            label = next(r.label for r in cols.rewards if r.channel == channel)
-            raise SchemaError(
-                f"{inf_file[channel]}: reward column {label!r} has {count} row(s) with +inf or -inf",
-                hint="rewards must be finite; use NaN (None in TRL) for 'not applicable'",
-            )
+            self._infinite_rewards(channel, count, inf_file[channel])
         if self.num_rows == 0:
             names = ", ".join(str(f) for f in self.files[:3])
             raise InputError(f"{names}: the input has no rows", hint="point at a run that logged rollouts")
+
+    def _count_rewards(self, rewards: np.ndarray) -> dict[str, int]:
+        """Add the NaN counts of a block of rewards ``[N, C]`` to the notes; return +-inf counts per channel."""
+        nan = np.isnan(rewards).sum(axis=0)
+        infinite = np.isinf(rewards).sum(axis=0)
+        found = {}
+        for k, reward in enumerate(self.columns.rewards):
+            self.notes.nan_rewards[reward.channel] += int(nan[k])
+            if infinite[k]:
+                found[reward.channel] = int(infinite[k])
+        return found
+
+    def _infinite_rewards(self, channel: str, count: int, path: Path) -> None:
+        label = next(r.label for r in self.columns.rewards if r.channel == channel)
+        raise SchemaError(
+            f"{path}: reward column {label!r} has {count} row(s) with +inf or -inf",
+            hint="rewards must be finite; use NaN (None in TRL) for 'not applicable'",
+        )
+
+    def _check_rewards_late(self, rewards: np.ndarray, path: Path) -> None:
+        """With ``check_rewards_first=False``, pass 2 counts NaN and rejects +-inf as it reads."""
+        if not self.check_rewards_first:
+            for channel, count in self._count_rewards(rewards).items():
+                self._infinite_rewards(channel, count, path)
 
     def iter_steps(self) -> Iterator[RolloutBatch]:
         """Pass 2: yield each step's rollouts as soon as its last row has been read."""
@@ -374,6 +398,7 @@ class ParquetRun:
         if cols.completion:
             self.notes.duplicate_rows += _count_duplicates(table, group_index, cols)
         rewards = np.stack([to_float32(reward_array(table, r)) for r in cols.rewards], axis=1)
+        self._check_rewards_late(rewards, path)
         logged = None
         if cols.advantage:  # writable: torch wants to own what it wraps
             logged = np.require(to_float32(table.column(cols.advantage).chunk(0)), requirements="W")
@@ -391,6 +416,7 @@ class ParquetRun:
         row_ids = np.concatenate([ids for ids, _ in parts])
         table = pa.Table.from_batches([b for _, b in parts]).combine_chunks()
         rewards = np.stack([to_float32(reward_array(table, r)) for r in cols.rewards], axis=1)
+        self._check_rewards_late(rewards, path)
         group_keys, group_index = self._groups(table, step, path)
         num_groups = int(group_index.max()) + 1 if len(group_index) else 0
         sizes = np.bincount(group_index, minlength=num_groups)
