@@ -380,3 +380,206 @@ def group_zscore_bound(group_size: int) -> float:
     2.4749
     """
     return (group_size - 1) / group_size**0.5 if group_size > 0 else 0.0
+
+
+# Dynamic channel weights (``gdpo-dynamic``): the weights follow each channel's ranking signal.
+#
+# A channel whose group z-scores have a large spread still ranks samples; a channel that saturates
+# (constant within its groups) has z-scores of 0 and a spread of 0. Each step, the spread of every
+# channel's clipped z-scores updates an exponential moving average; a softmax of that average at a
+# temperature gives the weights, which are then held within [lower, upper] and sum to 1. A channel
+# losing its spread loses weight. (A softmax of the *inverse* spread, which circulates as a snippet
+# for this, does the opposite: it hands a saturated channel the most weight.)
+
+DYNAMIC_EMA_ALPHA = 0.05
+"""EMA smoothing of each channel's advantage std: ``ema = (1 - alpha) * ema + alpha * std``."""
+DYNAMIC_TEMPERATURE = 0.5
+"""Softmax temperature turning the smoothed stds into weights (lower = sharper)."""
+DYNAMIC_WEIGHT_MIN = 0.1
+"""Lower bound of each dynamic weight (no channel is silenced entirely)."""
+DYNAMIC_WEIGHT_MAX = 0.5
+"""Upper bound of each dynamic weight (no channel takes over)."""
+ADVANTAGE_CLIP = 2.0
+"""Per-channel advantages are clipped to [-clip, clip] before they are fused."""
+
+
+def clipped_channel_advantages(zscores: Tensor, clip: float = ADVANTAGE_CLIP) -> Tensor:
+    """Per-channel advantages (group z-scores ``[N, C]``) clipped to ``[-clip, clip]``; NaN stays NaN.
+
+    >>> clipped_channel_advantages(torch.tensor([[3.0, -0.5], [float("nan"), -2.5]])).tolist()
+    [[2.0, -0.5], [nan, -2.0]]
+    """
+    if clip <= 0:
+        raise UsageError(f"advantage_clip {clip!r} must be > 0")
+    return zscores.clamp(-clip, clip)
+
+
+def channel_advantage_std(channel_advantages: Tensor) -> Tensor:
+    """Spread (std, ddof=1) of each channel's advantages over the rows of one step, ``[C]``.
+
+    NaN rows are left out; a channel with fewer than two values has spread 0. A channel that is
+    constant within every group has z-scores of 0 and so a spread of 0: it no longer ranks samples.
+
+    >>> z = torch.tensor([[1.0, 0.0], [-1.0, 0.0], [1.0, 0.0], [-1.0, 0.0]])
+    >>> [round(v, 4) for v in channel_advantage_std(z).tolist()]
+    [1.1547, 0.0]
+    """
+    if channel_advantages.ndim == 1:
+        channel_advantages = channel_advantages[:, None]
+    values = channel_advantages.to(torch.float64)
+    valid = ~torch.isnan(values)
+    count = valid.sum(dim=0).to(torch.float64)
+    clean = torch.where(valid, values, torch.zeros_like(values))
+    mean = clean.sum(dim=0) / count.clamp_min(1.0)
+    squares = torch.where(valid, (values - mean) ** 2, torch.zeros_like(values)).sum(dim=0)
+    std = (squares / (count - 1).clamp_min(1.0)).sqrt()
+    return torch.where(count >= 2, std, torch.zeros_like(std)).to(channel_advantages.dtype)
+
+
+def update_std_ema(previous: Tensor | None, current: Tensor, alpha: float = DYNAMIC_EMA_ALPHA) -> Tensor:
+    """One EMA step of the per-channel spread; the first observation initialises it.
+
+    A NaN observation (a channel with no value this step) keeps the previous value.
+
+    >>> ema = update_std_ema(None, torch.tensor([1.0, 1.0]))
+    >>> update_std_ema(ema, torch.tensor([1.0, 0.0]), alpha=0.5).tolist()
+    [1.0, 0.5]
+    """
+    if not 0.0 < alpha <= 1.0:
+        raise UsageError(f"reward_weights_ema_alpha {alpha!r} must be in (0, 1]")
+    current = torch.nan_to_num(current.to(torch.float64), nan=float("nan"))
+    if previous is None:
+        return torch.nan_to_num(current, nan=0.0)
+    previous = previous.to(torch.float64)
+    updated = (1.0 - alpha) * previous + alpha * current
+    return torch.where(torch.isnan(current), previous, updated)
+
+
+def bounded_simplex(weights: Tensor, lower: float = DYNAMIC_WEIGHT_MIN, upper: float = DYNAMIC_WEIGHT_MAX) -> Tensor:
+    """Weights that sum to 1 and lie within ``[lower, upper]``, closest in ratio to ``weights``.
+
+    The result is ``clip(scale * weights, lower, upper)`` for the scale at which it sums to 1: entries
+    past a bound sit on it, the others keep their ratios. When no such weights exist (``C * upper < 1``
+    or ``C * lower > 1``; two channels with ``upper = 0.5`` are just feasible, one channel never is),
+    the weights are clamped once and renormalised, the literal "bound, then renormalise" recipe.
+
+    >>> [round(w, 4) for w in bounded_simplex(torch.tensor([0.9, 0.09, 0.01])).tolist()]
+    [0.5, 0.4, 0.1]
+    >>> [round(w, 4) for w in bounded_simplex(torch.tensor([0.9, 0.1]), 0.1, 0.5).tolist()]
+    [0.5, 0.5]
+    """
+    if not 0.0 <= lower <= upper:
+        raise UsageError(f"reward_weight_min {lower!r} and reward_weight_max {upper!r} need 0 <= min <= max")
+    w = weights.to(torch.float64).clamp_min(0.0)
+    c = w.numel()
+    total = w.sum()
+    w = w / total if total > 0 else torch.full_like(w, 1.0 / max(c, 1))
+    if c == 0:
+        return w.to(weights.dtype)
+    if c * upper < 1.0 - 1e-12 or c * lower > 1.0 + 1e-12:
+        clamped = w.clamp(lower, upper)
+        return (clamped / clamped.sum()).to(weights.dtype)
+    # The bounded weights are clip(scale * w, lower, upper) for the one scale at which they sum to 1.
+    # Their sum is piecewise linear and nondecreasing in the scale, with breaks where an entry reaches
+    # a bound: find the piece that crosses 1 and solve it (plain floats: C is a handful of channels).
+    values = w.tolist()
+
+    def bounded_sum(scale: float) -> float:
+        return sum(min(upper, max(lower, scale * v)) for v in values)
+
+    breaks = sorted({b / v for v in values if v > 0 for b in (lower, upper)} | {0.0})
+    previous = 0.0
+    scale = breaks[-1]
+    for point in breaks:
+        if bounded_sum(point) >= 1.0:
+            lo_sum, hi_sum = bounded_sum(previous), bounded_sum(point)
+            scale = previous + (point - previous) * (1.0 - lo_sum) / (hi_sum - lo_sum) if hi_sum > lo_sum else point
+            break
+        previous = point
+    out = torch.tensor([min(upper, max(lower, scale * v)) for v in values], dtype=torch.float64, device=w.device)
+    return (out / out.sum()).to(weights.dtype)
+
+
+def dynamic_channel_weights(
+    ema_std: Tensor,
+    *,
+    temperature: float = DYNAMIC_TEMPERATURE,
+    lower: float = DYNAMIC_WEIGHT_MIN,
+    upper: float = DYNAMIC_WEIGHT_MAX,
+    base_weights: Tensor | None = None,
+) -> Tensor:
+    """Channel weights from the smoothed advantage spreads: softmax(ema_std / T), bounded, summing to 1.
+
+    A larger spread (the channel still ranks samples) gives a larger weight. ``base_weights`` (the
+    user's static weights) multiply the softmax before the bounds are applied.
+
+    >>> [round(w, 3) for w in dynamic_channel_weights(torch.tensor([1.0, 1.0, 0.0])).tolist()]
+    [0.45, 0.45, 0.1]
+    """
+    if temperature <= 0:
+        raise UsageError(f"reward_weight_temperature {temperature!r} must be > 0")
+    logits = ema_std.to(torch.float64) / temperature
+    probs = torch.softmax(logits, dim=-1)
+    if base_weights is not None:
+        probs = probs * torch.as_tensor(base_weights, dtype=torch.float64, device=probs.device).clamp_min(0.0)
+    return bounded_simplex(probs, lower, upper).to(ema_std.dtype)
+
+
+def dynamic_weight_schedule(
+    step_std: Tensor,
+    *,
+    alpha: float = DYNAMIC_EMA_ALPHA,
+    temperature: float = DYNAMIC_TEMPERATURE,
+    lower: float = DYNAMIC_WEIGHT_MIN,
+    upper: float = DYNAMIC_WEIGHT_MAX,
+    base_weights: Tensor | None = None,
+) -> Tensor:
+    """The weights used at each step ``[S, C]`` given each step's channel spreads ``[S, C]``.
+
+    Step ``s`` is weighted with the EMA of steps ``0..s`` (the spread of the step being weighted is
+    already in its EMA, as in training, where the weights are updated before the advantages of the
+    generation batch are fused).
+
+    >>> std = torch.tensor([[1.0, 1.0], [1.0, 0.0], [1.0, 0.0]])
+    >>> [round(w, 3) for w in dynamic_weight_schedule(std, alpha=0.5, lower=0.0, upper=1.0)[:, 1].tolist()]
+    [0.5, 0.269, 0.182]
+    """
+    ema: Tensor | None = None
+    rows = []
+    for s in range(step_std.shape[0]):
+        ema = update_std_ema(ema, step_std[s], alpha)
+        rows.append(
+            dynamic_channel_weights(
+                ema, temperature=temperature, lower=lower, upper=upper, base_weights=base_weights
+            ).to(step_std.dtype)
+        )
+    if not rows:
+        return step_std.clone()
+    return torch.stack(rows)
+
+
+def dynamic_gdpo_advantages(
+    rewards: Tensor,
+    group_index: Tensor | Segments,
+    *,
+    weights: Tensor,
+    step_index: Tensor | Segments | None = None,
+    clip: float = ADVANTAGE_CLIP,
+    convention: Convention = "trl",
+    zscores: Tensor | None = None,
+) -> Tensor:
+    """GDPO with clipped per-channel advantages: z-scores clipped to ``[-clip, clip]``, fused, batch z-score.
+
+    ``weights`` are the step's dynamic weights (:func:`dynamic_channel_weights`). With a clip no
+    z-score reaches, this is :func:`gdpo_advantages`.
+
+    >>> r = torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0], [0.0, 0.0]])
+    >>> [round(a, 3) for a in dynamic_gdpo_advantages(r, torch.zeros(4), weights=torch.tensor([0.5, 0.5])).tolist()]
+    [0.0, 0.0, 1.225, -1.225]
+    """
+    if zscores is None:
+        zscores = group_zscores(rewards, group_index, convention=convention)
+    clipped = clipped_channel_advantages(zscores, clip)
+    return gdpo_advantages(
+        rewards, group_index, weights=weights, step_index=step_index, convention=convention, zscores=clipped
+    )

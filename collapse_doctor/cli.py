@@ -46,6 +46,10 @@ WeightsOption = Annotated[
     str | None, typer.Option("--weights", help="Channel weights, e.g. format=1,correct=0.5 (default 1.0).")
 ]
 DeviceOption = Annotated[str, typer.Option("--device", help="auto, cpu or cuda.")]
+RunOption = Annotated[
+    str | None,
+    typer.Option("--run", help="With several runs under a log directory: the one to read (default: all)."),
+]
 
 
 def _err(message: str) -> None:
@@ -217,6 +221,9 @@ def scan(
         Path | None,
         typer.Option("--markdown", help="Write a Markdown summary (for PR comments) to this file."),
     ] = None,
+    html_out: Annotated[
+        Path | None, typer.Option("--html", help="Write the offline HTML report (as `report --html`) to this file.")
+    ] = None,
     output_format: Annotated[
         str, typer.Option("--format", help="stdout format: text, json or github (workflow annotations).")
     ] = "text",
@@ -228,6 +235,7 @@ def scan(
     group_col: GroupColOption = None,
     reward_cols: RewardColsOption = None,
     group_size: GroupSizeOption = None,
+    run_name: RunOption = None,
     debug: DebugOption = False,
 ) -> None:
     """Diagnose a run: verdict, per-channel table, findings with evidence and remedy; exit code for CI.
@@ -235,26 +243,36 @@ def scan(
     Exit codes: 0 nothing at or above --fail-on, 1 findings at or above it, 2 bad input or usage.
     """
     with user_errors(debug):
-        from collapse_doctor.diagnosis import diagnose
+        from collapse_doctor.diagnosis import diagnose_runs
 
         if output_format not in ("text", "json", "github"):
             from collapse_doctor.errors import UsageError
 
             raise UsageError(f"--format {output_format!r} is not one of text, json, github")
+        read_options = _read_options(weights, device, step_col, group_col, reward_cols, group_size)
+        report_collector = _html_collector(html_out, paths)
         progress = DelayedProgress("scanning")
         try:
-            diagnosis = diagnose(
+            diagnoses = diagnose_runs(
                 paths,
+                run_name=run_name,
                 algo=algo,
                 config=config,
                 fail_on=fail_on,
                 only=_split(only),
                 ignore=_split(ignore),
                 on_progress=progress,
-                **_read_options(weights, device, step_col, group_col, reward_cols, group_size),
+                collectors=[report_collector] if report_collector is not None else [],
+                **read_options,
             )
         finally:
             progress.close()
+        if len(diagnoses) > 1:
+            from collapse_doctor.report.runs import report_runs
+
+            formats = {"json_out": json_out, "junit_out": junit_out, "markdown_out": markdown_out, "html_out": html_out}
+            raise typer.Exit(report_runs(diagnoses, output_format=output_format, **formats))
+        diagnosis = diagnoses[0]
         inputs = [Path(s) for s in diagnosis.run.sources]
         from collapse_doctor.report.ci import github_annotations, junit_xml, markdown_summary
 
@@ -264,6 +282,10 @@ def scan(
             _write_output(junit_out, junit_xml(diagnosis), inputs)
         if markdown_out is not None:
             _write_output(markdown_out, markdown_summary(diagnosis), inputs)
+        if html_out is not None and report_collector is not None:
+            from collapse_doctor.report.html import write_report
+
+            write_report(html_out, diagnosis, report_collector.extras(diagnosis, read_options, paths=paths))
         if output_format == "json":
             typer.echo(diagnosis.to_json())
         elif output_format == "github":
@@ -279,6 +301,130 @@ def scan(
             render_text(diagnosis, sys.stdout, color=False if plain else None)
         code = diagnosis.exit_code()
     raise typer.Exit(code)
+
+
+def _html_collector(html_out: Path | None, paths: list[str]) -> Any:
+    """The report's scan collector when --html is given (after checking the output path), else None."""
+    if html_out is None:
+        return None
+    from collapse_doctor.report.collect import ReportCollector
+    from collapse_doctor.report.html import check_output
+
+    check_output(html_out, paths)
+    return ReportCollector()
+
+
+@app.command()
+def report(
+    paths: Annotated[list[str], typer.Argument(help="Rollout files, log directories or globs of one run.")],
+    html_out: Annotated[Path, typer.Option("--html", help="Write the self-contained HTML report to this file.")],
+    weights: WeightsOption = None,
+    algo: Annotated[
+        str,
+        typer.Option("--algo", help="Aggregation the run used: auto (from logged advantages), grpo or gdpo."),
+    ] = "auto",
+    fail_on: Annotated[
+        str | None,
+        typer.Option("--fail-on", help="Exit 1 on findings at or above: never, info, warning (default), critical."),
+    ] = None,
+    config: Annotated[Path | None, typer.Option("--config", help="Config file (TOML) with thresholds.")] = None,
+    only: Annotated[str | None, typer.Option("--only", help="Run only these detector codes (CD101,CD3...).")] = None,
+    ignore: Annotated[str | None, typer.Option("--ignore", help="Skip these detector codes.")] = None,
+    device: DeviceOption = "auto",
+    step_col: StepColOption = None,
+    group_col: GroupColOption = None,
+    reward_cols: RewardColsOption = None,
+    group_size: GroupSizeOption = None,
+    run_name: RunOption = None,
+    debug: DebugOption = False,
+) -> None:
+    """Scan a run and write one self-contained, offline, interactive HTML report (plotly).
+
+    Same input and detector options as scan, and the same exit codes: 0 nothing at or above
+    --fail-on, 1 findings at or above it, 2 bad input or usage.
+    """
+    with user_errors(debug):
+        from collapse_doctor.diagnosis import VERDICTS
+        from collapse_doctor.report.html import make_report
+
+        progress = DelayedProgress("scanning")
+        try:
+            diagnosis, _, size = make_report(
+                paths,
+                html_out,
+                algo=algo,
+                config=config,
+                fail_on=fail_on,
+                only=_split(only),
+                ignore=_split(ignore),
+                on_progress=progress,
+                run_name=run_name,
+                **_read_options(weights, device, step_col, group_col, reward_cols, group_size),
+            )
+        finally:
+            progress.close()
+        for warning in diagnosis.run.warnings:
+            _err(f"warning: {warning}")
+        typer.echo(
+            f"wrote {html_out} ({size / 1e6:.1f} MB): {VERDICTS[diagnosis.verdict]}, "
+            f"{len(diagnosis.findings)} finding(s), {diagnosis.run.steps:,} steps"
+        )
+        code = diagnosis.exit_code()
+    raise typer.Exit(code)
+
+
+@app.command()
+def watch(
+    paths: Annotated[list[str], typer.Argument(help="Log or rollout directory (or files) of a run being trained.")],
+    interval: Annotated[float, typer.Option("--interval", min=0.0, help="Seconds between polls.")] = 30.0,
+    fail_on: Annotated[
+        str,
+        typer.Option("--fail-on", help="Exit 1 at the first finding at or above this level (default never)."),
+    ] = "never",
+    run_name: RunOption = None,
+    config: Annotated[Path | None, typer.Option("--config", help="Config file (TOML) with thresholds.")] = None,
+    only: Annotated[str | None, typer.Option("--only", help="Run only these detector codes.")] = None,
+    ignore: Annotated[str | None, typer.Option("--ignore", help="Skip these detector codes.")] = None,
+    weights: WeightsOption = None,
+    device: DeviceOption = "auto",
+    step_col: StepColOption = None,
+    group_col: GroupColOption = None,
+    reward_cols: RewardColsOption = None,
+    group_size: GroupSizeOption = None,
+    max_polls: Annotated[int | None, typer.Option("--max-polls", hidden=True, min=1)] = None,
+    debug: DebugOption = False,
+) -> None:
+    """Follow a run while it trains: print each new finding once; --fail-on stops at the first bad one.
+
+    Exit codes: 1 a finding at or above --fail-on, 0 Ctrl-C (with a summary), 2 bad input or usage.
+    """
+    with user_errors(debug):
+        from collapse_doctor.watch import finding_line
+        from collapse_doctor.watch import watch as follow
+
+        typer.echo(f"watching {', '.join(paths)} every {interval:g} s (fail-on {fail_on}); Ctrl-C to stop")
+        state = None
+        try:
+            state = follow(
+                paths,
+                interval=interval,
+                fail_on=fail_on,
+                max_polls=max_polls,
+                on_finding=lambda diagnosis, finding: typer.echo(finding_line(diagnosis, finding)),
+                on_note=_err,
+                run_name=run_name,
+                config=config,
+                only=_split(only),
+                ignore=_split(ignore),
+                **_read_options(weights, device, step_col, group_col, reward_cols, group_size),
+            )
+        except KeyboardInterrupt:
+            typer.echo("stopped (Ctrl-C)")
+            raise typer.Exit(EXIT_OK) from None
+        typer.echo(state.summary())
+        if state.failing is not None:
+            typer.echo(f"stopping: {state.failing.code} is at or above --fail-on {fail_on}")
+            raise typer.Exit(EXIT_FINDINGS)
 
 
 @app.command()
@@ -349,6 +495,114 @@ def simulate(
             f"channels {', '.join(summary.channels)}; ground truth: onset step {onset}, affected {affected}; "
             f"{time.perf_counter() - started:.1f} s"
         )
+
+
+@app.command()
+def retrain(
+    algo: Annotated[
+        str | None, typer.Option("--algo", help="grpo, gdpo or gdpo-dynamic (default: config reward_mode, else gdpo).")
+    ] = None,
+    model: Annotated[str | None, typer.Option("--model", help="Local model directory or hub id.")] = None,
+    dataset: Annotated[
+        Path | None, typer.Option("--dataset", help="JSONL or Parquet prompts (a 'prompt' column).")
+    ] = None,
+    reward: Annotated[
+        list[str] | None,
+        typer.Option("--reward", help="Reward channel name=module:function (repeat per channel)."),
+    ] = None,
+    weights: WeightsOption = None,
+    config: Annotated[Path | None, typer.Option("--config", help="Training settings (JSON or TOML).")] = None,
+    from_scan: Annotated[
+        Path | None, typer.Option("--from-scan", help="Apply the remedies of a `scan --json` result.")
+    ] = None,
+    output_dir: Annotated[
+        Path | None, typer.Option("--output-dir", help="Where checkpoints, rollouts and TensorBoard go.")
+    ] = None,
+    max_steps: Annotated[int | None, typer.Option("--max-steps", min=1, help="Training steps.")] = None,
+    scale: Annotated[str, typer.Option("--scale", help="grpo scale_rewards: group, batch or none.")] = "group",
+    max_completion_length: Annotated[
+        int | None, typer.Option("--max-completion-length", min=1, help="Tokens per completion.")
+    ] = None,
+    save_steps: Annotated[int, typer.Option("--save-steps", min=1, help="Checkpoint every N steps.")] = 50,
+    write_every: Annotated[
+        int, typer.Option("--write-every", min=1, help="Write a rollout Parquet file every N steps.")
+    ] = 10,
+    fail_on: Annotated[
+        str | None,
+        typer.Option("--fail-on", help="Stop (checkpoint, exit 1) at a finding at or above: info, warning, critical."),
+    ] = None,
+    seed: Annotated[int, typer.Option("--seed", help="Random seed.")] = 0,
+    resume: Annotated[
+        bool, typer.Option("--resume", help="Continue from the last checkpoint in --output-dir.")
+    ] = False,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Print the plan and the resolved TRL GRPOConfig; train nothing.")
+    ] = False,
+    demo: Annotated[bool, typer.Option("--demo", help="Built-in tiny model and arithmetic task (CPU).")] = False,
+    debug: DebugOption = False,
+) -> None:
+    """Corrective fine-tune on TRL's GRPOTrainer (grpo, gdpo, gdpo-dynamic), monitored by the doctor.
+
+    Writes OUTPUT/rollouts/*.parquet (scan them any time) and OUTPUT/tensorboard; scans the run at the end.
+    Exit codes: 0 done, 1 --fail-on findings, 2 usage or input error, 130 interrupted (resume with --resume).
+    """
+    with user_errors(debug):
+        from collapse_doctor.retrain.plan import RetrainOptions
+
+        if fail_on is not None:
+            from collapse_doctor.config import check_fail_on
+
+            fail_on = check_fail_on(fail_on)
+            fail_on = None if fail_on == "never" else fail_on
+        options = RetrainOptions(
+            output_dir=output_dir or Path("runs") / (algo or "retrain"),
+            algo=algo,
+            model=model,
+            dataset=dataset,
+            rewards=tuple(reward or ()),
+            weights=_read_options(weights, "cpu", None, None, None, None)["weights"],
+            config=config,
+            from_scan=from_scan,
+            max_steps=max_steps,
+            resume=resume,
+            demo=demo,
+            fail_on=fail_on,
+            scale=scale,
+            max_completion_length=max_completion_length,
+            save_steps=save_steps,
+            write_every=write_every,
+            seed=seed,
+        )
+        from collapse_doctor.retrain.run import plan_retrain, run_retrain
+
+        plan, differences = plan_retrain(options)
+        for line in plan.describe():
+            typer.echo(line)
+        if dry_run:
+            import json
+
+            typer.echo("GRPOConfig (values that differ from TRL's defaults):")
+            typer.echo(json.dumps(differences, indent=2, default=str))
+            return
+        result = run_retrain(options)
+        seconds = f"{result.seconds:.0f} s"
+        typer.echo(f"trained {result.steps} steps in {seconds}; rollouts in {result.rollouts_dir}")
+        if result.stop_reason:
+            typer.echo(f"stopped: {result.stop_reason}")
+            for finding in result.fail_on_findings:
+                typer.echo(f"  {finding}")
+        if result.interrupted:
+            typer.echo(
+                f"a checkpoint was saved; continue with: collapse-doctor retrain ... --resume "
+                f"--output-dir {result.output_dir}"
+            )
+        if result.diagnosis is not None:
+            from collapse_doctor.report.text import render_text
+
+            plain = bool(os.environ.get("NO_COLOR")) or not sys.stdout.isatty()
+            render_text(result.diagnosis, sys.stdout, color=False if plain else None)
+        code = result.exit_code()
+    raise typer.Exit(code)
 
 
 def main(argv: list[str] | None = None) -> Callable[..., Any] | None:

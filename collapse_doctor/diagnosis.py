@@ -23,6 +23,8 @@ from collapse_doctor.series import RunSeries, SeriesBuilder
 
 if TYPE_CHECKING:
     from collapse_doctor.batching import StackedChunk
+    from collapse_doctor.io.sources import ScalarCache
+    from collapse_doctor.scalars import ScalarSeries
     from collapse_doctor.stats import ChunkInput
 
 ALGORITHMS = ("auto", "grpo", "gdpo")
@@ -59,9 +61,14 @@ class RunSummary:
     device: str
     warnings: tuple[str, ...] = ()
     ground_truth: dict[str, Any] | None = None
+    name: str | None = None
+    """The run's name when the input held several runs (a log directory with one subdirectory per run)."""
+    scalar_points: int = 0
+    """Scalar points read from the run's scalar log (every point, before duplicates were dropped)."""
+    scalar_framework: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        return ({"name": self.name} if self.name is not None else {}) | {
             "sources": list(self.sources),
             "steps": self.steps,
             "rollouts": self.rollouts,
@@ -75,6 +82,8 @@ class RunSummary:
             "logged_advantage": self.logged_advantage,
             "device": self.device,
             "warnings": list(self.warnings),
+            "scalar_points": self.scalar_points,
+            "scalar_framework": self.scalar_framework,
         }
 
 
@@ -90,6 +99,8 @@ class Diagnosis:
     skipped: dict[str, str] = field(default_factory=dict)
     config: Config = field(default_factory=Config)
     seconds: float = 0.0
+    scalars: ScalarSeries | None = None
+    """The run's scalar log in canonical names (TensorBoard, trainer_state.json, verl file logger)."""
 
     def failing(self, fail_on: str | None = None) -> list[Finding]:
         """Findings at or above ``fail_on`` (crashed detectors always count, except with ``never``)."""
@@ -105,6 +116,10 @@ class Diagnosis:
     def channel_table(self) -> list[dict[str, Any]]:
         """Per channel: weight, rel_gain early peak -> now, variance share, constant-group share."""
         series = self.series
+        if "rel_gain" not in series:
+            from collapse_doctor.scalar_run import scalar_channel_table
+
+            return scalar_channel_table(self)
         rows = []
         n = series.num_steps
         tail = slice(max(0, n - max(1, n // 10)), n)
@@ -147,6 +162,8 @@ class Diagnosis:
         }
         if include_series:
             out["series"] = self.series.to_json()
+            if self.scalars is not None:
+                out["scalars"] = self.scalars.to_json()
         return out
 
     def to_json(self, *, include_series: bool = True, indent: int | None = 2) -> str:
@@ -192,8 +209,14 @@ def run_detectors(ctx: DetectionContext, codes: Sequence[str]) -> tuple[list[Fin
     skipped: dict[str, str] = {}
     for code in codes:
         detector = REGISTRY[code]
+        if "rollouts" in detector.requires and not ctx.run.rollouts:
+            skipped[code] = "needs rollouts; the input is a scalar log only"
+            continue
         if "logged_advantage" in detector.requires and not ctx.run.logged_advantage:
             skipped[code] = "needs a logged 'advantage' column"
+            continue
+        if "scalars" in detector.requires and ctx.scalars is None:
+            skipped[code] = "needs a scalar log (events, trainer_state, verl JSONL)"
             continue
         try:
             found = detector().detect(ctx)
@@ -232,6 +255,8 @@ def diagnose(
     group_size: int | None = None,
     on_progress: Callable[[int, int], None] | None = None,
     collectors: Sequence[ChunkCollector] = (),
+    run_name: str | None = None,
+    scalar_cache: ScalarCache | None = None,
 ) -> Diagnosis:
     """Scan a run: ingest, recompute GRPO/GDPO advantages, reduce per step, run detectors.
 
@@ -239,16 +264,21 @@ def diagnose(
     or ``pyproject.toml`` walking up from the first input). Explicit options override the config.
     Each of ``collectors`` is called with every chunk's step numbers and its :class:`ChunkInput` (rewards,
     indices and recomputed advantages), for consumers that keep more than the series (the HTML report).
+    Inputs may be rollout tables, framework layouts or scalar logs (see :mod:`collapse_doctor.io.sources`);
+    when they hold several runs, ``run_name`` picks one (:func:`diagnose_runs` scans them all).
+    ``scalar_cache`` lets a caller that scans a growing log again (``watch``) parse only what is new.
     """
     from collapse_doctor.advantages import compute_advantages, resolve_device
-    from collapse_doctor.io.parquet import ParquetRun, resolve_inputs
+    from collapse_doctor.io.sources import choose_run, discover_runs, open_rollouts, read_scalar_log
+    from collapse_doctor.scalar_run import ScalarOnlyRun, summary_extras
     from collapse_doctor.stats import ChunkInput, channel_pairs, step_statistics
     from collapse_doctor.workers import ChunkWorkers
 
     if algo not in ALGORITHMS:
         raise UsageError(f"--algo {algo!r} is not one of {', '.join(ALGORITHMS)}")
     started = time.perf_counter()
-    files = resolve_inputs(paths)
+    inputs = choose_run(discover_runs(paths), run_name)
+    files = inputs.files
     if not isinstance(config, Config):
         config = load_config(files, config)
     overrides: dict[str, Any] = {}
@@ -262,14 +292,10 @@ def diagnose(
     codes = select(None, config.only or None, config.ignore or None)
     dev = str(resolve_device(device))
 
-    run = ParquetRun(
-        files,
-        step_col=step_col,
-        group_col=group_col,
-        reward_cols=reward_cols,
-        group_size=group_size,
-        weights=weights,
-    )
+    read_options = {"step_col": step_col, "group_col": group_col, "reward_cols": reward_cols}
+    rollouts = open_rollouts(inputs, group_size=group_size, weights=weights, **read_options)
+    scalars = read_scalar_log(inputs, scalar_cache)
+    run: Any = rollouts if rollouts is not None else ScalarOnlyRun.build(inputs, scalars, weights)
     channels = run.channels
     builder = SeriesBuilder(channels, channel_pairs(channels))
     done = trimmed_at = 0
@@ -315,7 +341,8 @@ def diagnose(
         warnings=tuple(run.notes.warnings()),
         ground_truth=run.ground_truth,
     )
-    ctx = DetectionContext(run=summary, series=series, config=config)
+    summary, scalar_series = summary_extras(summary, inputs, run, scalars, multiple=run_name is not None)
+    ctx = DetectionContext(run=summary, series=series, config=config, scalars=scalar_series)
     findings, skipped = run_detectors(ctx, codes)
     return Diagnosis(
         verdict=verdict_of(findings),
@@ -326,4 +353,17 @@ def diagnose(
         skipped=skipped,
         config=config,
         seconds=time.perf_counter() - started,
+        scalars=scalar_series,
     )
+
+
+def diagnose_runs(paths: Sequence[str | Path], *, run_name: str | None = None, **options: Any) -> list[Diagnosis]:
+    """Scan every run found in ``paths`` (or only ``run_name``), one Diagnosis each, in discovery order."""
+    from collapse_doctor.io.sources import choose_run, discover_runs
+
+    runs = discover_runs(paths)
+    if run_name is not None:
+        return [diagnose(paths, run_name=choose_run(runs, run_name).name, **options)]
+    if len(runs) == 1:
+        return [diagnose(paths, **options)]
+    return [diagnose(paths, run_name=run.name, **options) for run in runs]

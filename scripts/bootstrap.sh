@@ -12,11 +12,12 @@ if [ ! -x .venv/bin/python ]; then
   "$python" -m venv .venv
 fi
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
-  echo "bootstrap: installing collapse-doctor and its dev tools into .venv (first run takes a few minutes)" >&2
+  echo "bootstrap: installing collapse-doctor, its dev tools and the train extra into .venv (first run takes a few minutes)" >&2
   # The CPU wheel of torch first, where this machine has it: a bare torch requirement would pull a
   # multi-GB CUDA build. Elsewhere pip picks a torch from pyproject's range.
   .venv/bin/python -m pip install -q "torch==2.13.0" 2>/dev/null \
     || echo "bootstrap: torch 2.13.0 not available here; using pyproject's torch range" >&2
-  .venv/bin/python -m pip install -q -e ".[dev]"
+  # The train extra (TRL) too: the retrain integration tests run on CPU with a tiny model built in code.
+  .venv/bin/python -m pip install -q -e ".[dev,train]"
   touch "$stamp"
 fi

@@ -1,6 +1,6 @@
 """The detector registry: importing this package registers every detector family."""
 
-from collapse_doctor.detectors import channels, resolution, shape, signal
+from collapse_doctor.detectors import channels, resolution, scalars, shape, signal
 from collapse_doctor.detectors.base import (
     REGISTRY,
     DetectionContext,
@@ -21,6 +21,7 @@ __all__ = [
     "explain_sections",
     "register",
     "resolution",
+    "scalars",
     "shape",
     "signal",
 ]

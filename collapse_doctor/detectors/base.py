@@ -21,6 +21,7 @@ import numpy as np
 if TYPE_CHECKING:
     from collapse_doctor.config import Config
     from collapse_doctor.diagnosis import RunSummary
+    from collapse_doctor.scalars import ScalarSeries
     from collapse_doctor.series import RunSeries
 
 EXPLAIN_HEADINGS: tuple[str, ...] = ("What it detects", "Why it matters", "Evidence", "Remedy")
@@ -101,6 +102,8 @@ class DetectionContext:
     run: RunSummary
     series: RunSeries
     config: Config
+    scalars: ScalarSeries | None = None
+    """The run's scalar log in canonical names (CD5xx), when it has one."""
 
     def threshold(self, code: str, name: str) -> Any:
         return self.config.threshold(code, name)

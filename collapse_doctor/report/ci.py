@@ -116,9 +116,23 @@ def markdown_summary(diagnosis: Diagnosis) -> str:
     """A Markdown summary for $GITHUB_STEP_SUMMARY or a pull-request comment."""
     run = diagnosis.run
     icon = {"healthy": "✅", "at_risk": "⚠️", "collapsed": "❌"}[diagnosis.verdict]
-    out = [
-        f"## {icon} collapse-doctor: {VERDICTS[diagnosis.verdict]}",
-        "",
+    out = [f"## {icon} collapse-doctor: {VERDICTS[diagnosis.verdict]}", ""]
+    if run.rollouts == 0 and run.scalar_points:
+        out += [
+            f"`{_md(', '.join(run.sources[:3]))}`: {run.steps:,} steps in the scalar log "
+            f"({run.scalar_points:,} points, {run.scalar_framework or 'unrecognised tags'}), no rollouts; "
+            f"fail-on `{diagnosis.config.fail_on}`.",
+            "",
+            "| channel | weight | reward std peak -> now | mean reward |",
+            "|---|---:|---:|---:|",
+        ]
+        out += [
+            f"| {_md(row['channel'])} | {row['weight']:g} | {_fmt(row['reward_std_peak'])} -> "
+            f"{_fmt(row['reward_std_now'])} | {_fmt(row['reward_mean'])} |"
+            for row in diagnosis.channel_table()
+        ]
+        return _markdown_findings(diagnosis, out)
+    out += [
         f"`{_md(', '.join(run.sources[:3]))}`: {run.steps:,} steps, {run.rollouts:,} rollouts, "
         f"group size {run.group_size_min}-{run.group_size_max}, algorithm {run.algorithm.upper()}; "
         f"fail-on `{diagnosis.config.fail_on}`.",
@@ -132,6 +146,10 @@ def markdown_summary(diagnosis: Diagnosis) -> str:
             f"| {_md(row['channel'])} | {row['weight']:g} | {_fmt(row['rel_gain_peak'])} -> "
             f"{_fmt(row['rel_gain_now'])} | {share} | {_fmt(row['zero_variance_share'])} |"
         )
+    return _markdown_findings(diagnosis, out)
+
+
+def _markdown_findings(diagnosis: Diagnosis, out: list[str]) -> str:
     out.append("")
     if not diagnosis.findings:
         out.append("No findings.")

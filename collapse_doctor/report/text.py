@@ -79,6 +79,8 @@ def render_text(diagnosis: Diagnosis, file: IO[str] | None = None, *, color: boo
 
     head = Text()
     head.append(VERDICTS[diagnosis.verdict], style=_VERDICT_STYLE[diagnosis.verdict])
+    if run.name is not None:
+        head.append(f"  run {run.name}:")
     head.append(
         f"  {', '.join(run.sources[:3])}" + (f" (+{len(run.sources) - 3} files)" if len(run.sources) > 3 else "")
     )
@@ -95,19 +97,36 @@ def render_text(diagnosis: Diagnosis, file: IO[str] | None = None, *, color: boo
         if run.group_size_min == run.group_size_max
         else f"{run.group_size_min}-{run.group_size_max}"
     )
-    console.print(
-        f"  steps {run.steps:,} ({run.first_step}-{run.last_step}), rollouts {run.rollouts:,}, "
-        f"groups {run.groups:,}, group size {group_size}"
-    )
+    if run.rollouts or not run.scalar_points:
+        console.print(
+            f"  steps {run.steps:,} ({run.first_step}-{run.last_step}), rollouts {run.rollouts:,}, "
+            f"groups {run.groups:,}, group size {group_size}"
+        )
+    else:
+        console.print(f"  steps {run.steps:,} ({run.first_step}-{run.last_step}) in the scalar log; no rollouts")
+    if run.scalar_points:
+        framework = run.scalar_framework or "unrecognised tags"
+        console.print(f"  scalar log {run.scalar_points:,} points ({framework})")
     channels = ", ".join(f"{c} (w={run.weights[c]:g})" for c in run.channels)
     console.print(f"  channels {channels}")
     algorithm = f"{run.algorithm.upper()} ({run.algorithm_source})"
-    console.print(f"  algorithm {algorithm}; advantages recomputed on {run.device}")
+    if run.rollouts or not run.scalar_points:
+        console.print(f"  algorithm {algorithm}; advantages recomputed on {run.device}")
+    else:
+        console.print("  algorithm unknown: no rollouts, so no advantages were recomputed")
     for warning in run.warnings:
         console.print(f"  warning: {warning}", style="yellow")
     console.print()
 
-    table = Table(
+    if run.rollouts == 0 and run.scalar_points:
+        _scalar_channels(console, diagnosis)
+    else:
+        _rollout_channels(console, diagnosis)
+    _findings(console, diagnosis)
+
+
+def _table() -> Table:
+    return Table(
         title=None,
         box=box.SIMPLE_HEAD,
         safe_box=True,
@@ -115,6 +134,30 @@ def render_text(diagnosis: Diagnosis, file: IO[str] | None = None, *, color: boo
         pad_edge=False,
         header_style="bold",
     )
+
+
+def _scalar_channels(console: Console, diagnosis: Diagnosis) -> None:
+    rows = diagnosis.channel_table()
+    if not rows:
+        return
+    table = _table()
+    for name in ("channel", "weight", "reward std peak -> now", "mean reward"):
+        table.add_column(name, justify="left" if name == "channel" else "right")
+    for row in rows:
+        peak_at = f" (step {row['reward_std_peak_step']})" if row["reward_std_peak_step"] is not None else ""
+        table.add_row(
+            row["channel"],
+            f"{row['weight']:g}",
+            f"{_num(row['reward_std_peak'])}{peak_at} -> {_num(row['reward_std_now'])}",
+            _num(row["reward_mean"]),
+        )
+    console.print(Text("Channels, from the scalar log (now = median of the last 10% of points)", style="bold"))
+    console.print(table)
+    console.print()
+
+
+def _rollout_channels(console: Console, diagnosis: Diagnosis) -> None:
+    table = _table()
     for name, justify in [
         ("channel", "left"),
         ("weight", "right"),
@@ -138,6 +181,8 @@ def render_text(diagnosis: Diagnosis, file: IO[str] | None = None, *, color: boo
     console.print(table)
     console.print()
 
+
+def _findings(console: Console, diagnosis: Diagnosis) -> None:
     console.print(Text(f"Findings ({len(diagnosis.findings)})", style="bold"))
     if not diagnosis.findings:
         console.print("  none: no detector found a sustained problem")
@@ -161,5 +206,8 @@ def render_text(diagnosis: Diagnosis, file: IO[str] | None = None, *, color: boo
             console.print(_indented(console, f"remedy: {finding.remedy}", style="green"))
         if finding.gdpo_resolves is not None:
             console.print(_indented(console, f"GDPO would resolve it: {'yes' if finding.gdpo_resolves else 'no'}"))
+    by_reason: dict[str, list[str]] = {}
     for code, reason in diagnosis.skipped.items():
-        console.print(f"  skipped {code}: {reason}", style="dim")
+        by_reason.setdefault(reason, []).append(code)
+    for reason, codes in by_reason.items():
+        console.print(f"  skipped {', '.join(codes)}: {reason}", style="dim")

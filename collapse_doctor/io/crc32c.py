@@ -1,0 +1,164 @@
+"""Masked CRC32C (Castagnoli) checks of TFRecord framing, many records at a time.
+
+TensorBoard event files frame every record as ``uint64 length | masked crc32c(length) | payload |
+masked crc32c(payload)``. Checking millions of small records one call at a time costs more than reading
+them, so the checks here take whole arrays of record offsets:
+
+- lengths (8 bytes each) are always checked with a vectorised numpy table CRC;
+- payloads up to :data:`VECTOR_MAX_BYTES` are checked the same way, byte column by byte column over the
+  records sorted by length (the work is the total number of bytes plus one numpy call per byte position);
+- longer payloads (graphs, images, histograms: never scalars) are checked with ``google-crc32c`` or
+  ``crc32c`` when one is installed, and are left unchecked otherwise (they are not read either).
+
+No compiled extension is needed; the optional ones only speed up files with large records.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+VECTOR_MAX_BYTES = 16_384
+"""Payloads up to this size are checked by the vectorised CRC; larger ones need a native crc32c."""
+_MASK_DELTA = 0xA282EAD8
+_POLY = 0x82F63B78
+
+
+def _table() -> np.ndarray:
+    table = np.arange(256, dtype=np.uint32)
+    for _ in range(8):
+        table = np.where(table & 1, (table >> 1) ^ np.uint32(_POLY), table >> 1).astype(np.uint32)
+    return table
+
+
+TABLE = _table()
+
+
+def _native() -> Callable[[bytes], int] | None:
+    try:
+        import google_crc32c
+
+        return google_crc32c.value
+    except ImportError:
+        pass
+    try:
+        import crc32c
+
+        return crc32c.crc32c
+    except ImportError:
+        return None
+
+
+NATIVE_CRC = _native()
+"""A compiled crc32c function when ``google-crc32c`` or ``crc32c`` is installed, else ``None``."""
+
+
+def mask(crc: np.ndarray) -> np.ndarray:
+    """TFRecord's masking of a CRC: rotate right by 15 bits and add a constant (mod 2**32)."""
+    crc = crc.astype(np.uint64)
+    rotated = ((crc >> np.uint64(15)) | (crc << np.uint64(17))) & np.uint64(0xFFFFFFFF)
+    return ((rotated + np.uint64(_MASK_DELTA)) & np.uint64(0xFFFFFFFF)).astype(np.uint32)
+
+
+def _slicing_tables() -> np.ndarray:
+    """Four tables for slicing-by-4: one step consumes four bytes."""
+    tables = [TABLE]
+    for _ in range(3):
+        prev = tables[-1]
+        tables.append(((prev >> 8) ^ TABLE[prev & 0xFF]).astype(np.uint32))
+    return np.stack(tables)
+
+
+SLICE4 = _slicing_tables()
+_GROUP_MIN = 64
+"""Records of one length needed before they get the fixed-length (slicing-by-4) path."""
+_GROUP_ROWS = 65_536
+
+
+def _crc_fixed(data: np.ndarray, starts: np.ndarray, length: int) -> np.ndarray:
+    """CRC32C of equal-length ranges: a ``[records, length]`` byte block, four bytes per step."""
+    block = data[starts[:, None] + np.arange(length)]
+    crc = np.full(len(starts), 0xFFFFFFFF, dtype=np.uint32)
+    words = length // 4
+    if words:
+        columns = np.ascontiguousarray(block[:, : 4 * words]).view("<u4").T.copy()
+        t0, t1, t2, t3 = SLICE4
+        for w in range(words):
+            x = crc ^ columns[w]
+            crc = t3[x & 0xFF] ^ t2[(x >> 8) & 0xFF] ^ t1[(x >> 16) & 0xFF] ^ t0[x >> 24]
+    for j in range(4 * words, length):
+        crc = TABLE[(crc ^ block[:, j]) & 0xFF] ^ (crc >> 8)
+    return crc ^ np.uint32(0xFFFFFFFF)
+
+
+def _crc_ragged(data: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """CRC32C of ranges of any lengths, one byte position at a time over the records still that long."""
+    order = np.argsort(-lengths, kind="stable")
+    sorted_starts = starts[order]
+    sorted_lengths = lengths[order]
+    crc = np.full(len(starts), 0xFFFFFFFF, dtype=np.uint32)
+    max_length = int(sorted_lengths[0]) if len(sorted_lengths) else 0
+    # active[i] = how many records are longer than i: a prefix of the length-sorted order.
+    active = np.searchsorted(-sorted_lengths, -np.arange(max_length), side="left")
+    for i in range(max_length):
+        n = int(active[i])
+        part = crc[:n]
+        crc[:n] = TABLE[(part ^ data[sorted_starts[:n] + i]) & 0xFF] ^ (part >> 8)
+    out = np.empty_like(crc)
+    out[order] = crc ^ np.uint32(0xFFFFFFFF)
+    return out
+
+
+def crc32c_many(data: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """CRC32C of ``data[starts[i] : starts[i] + lengths[i]]`` for every i, vectorised over records.
+
+    Lengths shared by many records (a scalar log has a few dozen) take a slicing-by-4 pass over a
+    fixed-width block; the rest go byte by byte over the records sorted by length.
+
+    >>> buf = np.frombuffer(b"123456789", dtype=np.uint8)
+    >>> hex(int(crc32c_many(buf, np.array([0]), np.array([9]))[0]))
+    '0xe3069283'
+    """
+    starts = np.asarray(starts, dtype=np.int64)
+    lengths = np.asarray(lengths, dtype=np.int64)
+    out = np.empty(len(starts), dtype=np.uint32)
+    order = np.argsort(lengths, kind="stable")
+    sorted_lengths = lengths[order]
+    bounds = np.flatnonzero(np.diff(sorted_lengths)) + 1
+    ragged = []
+    for rows in np.split(order, bounds) if len(order) else []:
+        length = int(lengths[rows[0]])
+        if len(rows) < _GROUP_MIN:
+            ragged.append(rows)
+            continue
+        for lo in range(0, len(rows), _GROUP_ROWS):
+            part = rows[lo : lo + _GROUP_ROWS]
+            out[part] = _crc_fixed(data, starts[part], length)
+    if ragged:
+        rows = np.concatenate(ragged)
+        out[rows] = _crc_ragged(data, starts[rows], lengths[rows])
+    return out
+
+
+def masked_crc32c_many(data: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """Masked CRC32C of many byte ranges of ``data`` (see :func:`crc32c_many`).
+
+    >>> buf = np.frombuffer((0).to_bytes(8, "little"), dtype=np.uint8)
+    >>> int(masked_crc32c_many(buf, np.array([0]), np.array([8]))[0]) == masked_crc32c(bytes(8))
+    True
+    """
+    return mask(crc32c_many(data, starts, lengths))
+
+
+def masked_crc32c(payload: bytes) -> int:
+    """Masked CRC32C of one byte string (native when available).
+
+    >>> masked_crc32c(b"")
+    2726488792
+    """
+    if NATIVE_CRC is not None:
+        value = NATIVE_CRC(payload)
+    else:
+        value = int(crc32c_many(np.frombuffer(payload, dtype=np.uint8), np.array([0]), np.array([len(payload)]))[0])
+    return int(mask(np.array([value], dtype=np.uint32))[0])

@@ -1,0 +1,94 @@
+"""A run held as one in-memory Arrow table (what the framework adapters build), read like a Parquet run.
+
+Adapters (TRL completions, verl rollout dumps, NeMo-RL training data) turn a framework's files into the
+canonical rollout table at the edge. The table is small (it was written as JSONL or a few Parquet files),
+so it is serialised to an in-memory Parquet buffer and handed to the same validation, grouping and
+per-step streaming as a Parquet file: one code path for every input.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from collapse_doctor.errors import InputError
+from collapse_doctor.io.parquet import IngestNotes, ParquetRun
+from collapse_doctor.schema import WEIGHTS_METADATA_KEY, discover_columns, metadata_weights, resolve_weights
+
+
+class TableRun(ParquetRun):
+    """A :class:`ParquetRun` over an in-memory table; ``files`` names the directory it came from."""
+
+    def __init__(
+        self,
+        table: pa.Table,
+        *,
+        label: Path,
+        sources: Sequence[Path],
+        step_col: str | None = None,
+        group_col: str | None = None,
+        reward_cols: Sequence[str] | None = None,
+        group_size: int | None = None,
+        weights: dict[str, float] | None = None,
+        stored_weights: dict[str, float] | None = None,
+    ) -> None:
+        if table.num_rows == 0:
+            raise InputError(f"{label}: the input has no rows", hint="point at a run that logged rollouts")
+        if stored_weights:
+            table = table.replace_schema_metadata({WEIGHTS_METADATA_KEY: json.dumps(stored_weights)})
+        sink = pa.BufferOutputStream()
+        pq.write_table(table, sink)
+        self.files = [label]
+        self.sources = list(sources)
+        self._handles = [pq.ParquetFile(pa.BufferReader(sink.getvalue()), pre_buffer=False)]
+        first = self._handles[0]
+        self.columns = discover_columns(
+            first.schema_arrow,
+            source=str(label),
+            step_col=step_col,
+            group_col=group_col,
+            reward_cols=reward_cols,
+            group_size=group_size,
+        )
+        self.metadata = dict(first.metadata.metadata or {}) if first.metadata else {}
+        stored = metadata_weights(self.metadata, source=str(label))
+        self.weights = resolve_weights(self.columns.channels, weights or {}, stored)
+        self.notes = IngestNotes()
+        self._last_row = {}
+        self.num_rows = 0
+        self.sorted_steps = True
+        self._scan()
+
+
+def consecutive_groups(prompts: Sequence[str], group_size: int | None = None) -> list[int]:
+    """Group ids for rows where a group is a block of consecutive rows with the same prompt.
+
+    Runs of one prompt longer than the usual block (the same prompt drawn twice in a batch) are cut into
+    blocks of the most common run length, or of ``group_size`` when given.
+
+    >>> consecutive_groups(["a", "a", "b", "b", "a", "a", "a", "a"])
+    [0, 0, 1, 1, 2, 2, 3, 3]
+    """
+    runs: list[int] = []
+    for i, prompt in enumerate(prompts):
+        if i and prompt == prompts[i - 1]:
+            runs[-1] += 1
+        else:
+            runs.append(1)
+    if group_size is None and runs:
+        counts: dict[int, int] = {}
+        for n in runs:
+            counts[n] = counts.get(n, 0) + 1
+        group_size = max(counts, key=lambda n: (counts[n], -n))
+    out: list[int] = []
+    group = 0
+    for n in runs:
+        size = group_size if group_size and n > group_size and n % group_size == 0 else n
+        for j in range(n):
+            out.append(group + j // size)
+        group += n // size if size else 1
+    return out

@@ -1,0 +1,67 @@
+"""verl rollout dumps: ``<trainer.rollout_data_dir>/<step>.jsonl``.
+
+verl writes one JSON object per sampled response: ``input`` (prompt text), ``output`` (response text),
+``score``, ``step``, ``gts`` (ground truth) and, when ``compute_score`` returns a dict, one key per reward
+component. No uid is written and rows are not in group order, so groups are rebuilt from identical
+``input`` text within a step. The channels are the numeric reward components when there are any (``score``
+is then their combination), else ``score`` itself.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from collapse_doctor.errors import SchemaError
+from collapse_doctor.io.jsonl import read_jsonl
+from collapse_doctor.io.table_run import TableRun
+from collapse_doctor.schema import channel_column
+
+KNOWN_KEYS = frozenset({"input", "output", "score", "step", "gts", "request_id", "uid"})
+_STEP_IN_NAME = re.compile(r"(\d+)\.jsonl")
+
+
+def _is_number(value: Any) -> bool:
+    return (isinstance(value, (int, float)) and not isinstance(value, bool)) or value is None
+
+
+def open_verl_rollouts(
+    files: Sequence[Path],
+    *,
+    reward_cols: Sequence[str] | None = None,
+    group_size: int | None = None,
+    weights: dict[str, float] | None = None,
+    **_: object,
+) -> TableRun:
+    """Read verl rollout dumps into one canonical run."""
+    rows: list[dict[str, Any]] = []
+    for path in files:
+        found = _STEP_IN_NAME.fullmatch(path.name)
+        for row in read_jsonl(path):
+            row.setdefault("step", int(found.group(1)) if found else 0)
+            rows.append(row)
+    label = files[0].parent
+    if not rows:
+        return TableRun(pa.table({"step": pa.array([], pa.int64())}), label=label, sources=files)
+    keys = list(dict.fromkeys(k for row in rows for k in row))
+    if reward_cols:
+        channels = list(reward_cols)
+    else:
+        components = [k for k in keys if k not in KNOWN_KEYS and all(_is_number(r.get(k)) for r in rows)]
+        channels = components or ["score"]
+    missing = [c for c in channels if c not in keys]
+    if missing:
+        raise SchemaError(
+            f"{label}: reward key(s) {missing} not found in the verl rollout dumps; found keys: {keys}",
+            hint="pass --reward-cols with keys of the dumped records",
+        )
+    columns: dict[str, Any] = {"step": pa.array([int(r["step"]) for r in rows], pa.int64())}
+    for name in channels:
+        columns[channel_column(name)] = pa.array([r.get(name) for r in rows], pa.float64())
+    columns["prompt"] = pa.array([str(r.get("input", "")) for r in rows])
+    columns["completion"] = pa.array([str(r.get("output", "")) for r in rows])
+    return TableRun(pa.table(columns), label=label, sources=files, group_size=group_size, weights=weights)

@@ -1,0 +1,325 @@
+"""What the HTML report shows beyond the per-step series, gathered during the scan.
+
+The report renders a :class:`~collapse_doctor.diagnosis.Diagnosis` and computes nothing of its own;
+what the series do not hold is gathered here, bounded in memory whatever the run's length:
+
+- :class:`ReportCollector` is a ``diagnose(..., collectors=[...])`` hook. Per step it bins the GRPO
+  and GDPO advantages into fixed bins (one ``bincount`` per chunk), keeping at most
+  :data:`MAX_HISTOGRAM_STEPS` steps (every 2nd, 4th... step once a run is longer), and it keeps a
+  bounded, evenly spread sample of (logged, recomputed) advantage pairs when the run logged them.
+- :func:`read_example_groups` re-reads the few steps around a finding's onset after the detectors ran
+  (the chunks carry no text) and recomputes those groups' advantages, for the example-groups table.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from collapse_doctor.diagnosis import Diagnosis
+    from collapse_doctor.schema import RolloutBatch
+    from collapse_doctor.stats import ChunkInput
+
+HISTOGRAM_LIMIT = 4.0
+"""Advantage bins cover [-4, 4]: a group z-score of a group of 8 stays within 2.47, of 16 within 3.75."""
+HISTOGRAM_BINS = 64
+MAX_HISTOGRAM_STEPS = 2048
+"""Steps whose histograms are kept; a longer run keeps every 2nd (4th, ...) step it reads."""
+MAX_LOGGED_SAMPLE = 800
+"""Rollouts kept for the logged-vs-recomputed scatter: every k-th row of the run, k a power of 2."""
+EXAMPLE_GROUPS_PER_STEP = 2
+EXAMPLE_ROWS_PER_GROUP = 16
+MAX_TEXT_CHARS = 2000
+"""Prompt and completion text kept per row; the report shows a shorter preview and expands to this."""
+
+
+@dataclass(frozen=True)
+class AdvantageHistograms:
+    """Per-step counts of GRPO and GDPO advantages in fixed bins (values beyond the edges in the end bins)."""
+
+    edges: np.ndarray
+    """``[B + 1]`` bin edges."""
+    steps: np.ndarray
+    """``[H]`` steps with a histogram, ascending (every step, or every k-th step of a long run)."""
+    grpo: np.ndarray
+    """``[H, B]`` row counts."""
+    gdpo: np.ndarray
+    """``[H, B]`` row counts."""
+    stride: int = 1
+    """1 when every step has a histogram, else the k of "every k-th step read"."""
+
+    def nearest(self, step: int) -> int:
+        """Index of the histogram whose step is closest to ``step``."""
+        return int(np.argmin(np.abs(self.steps - step)))
+
+
+@dataclass(frozen=True)
+class LoggedSample:
+    """An evenly spread sample of rows: the advantage the trainer logged next to both recomputations."""
+
+    steps: np.ndarray
+    logged: np.ndarray
+    grpo: np.ndarray
+    gdpo: np.ndarray
+
+
+@dataclass(frozen=True)
+class ExampleGroup:
+    """One group of rollouts shown in the report, with its rewards and both advantages."""
+
+    step: int
+    group: str
+    label: str
+    """Why it is shown, e.g. "onset of CD101"."""
+    prompt: str | None
+    completions: tuple[str | None, ...]
+    rewards: np.ndarray
+    """``[n, C]`` (NaN where a reward does not apply)."""
+    grpo: np.ndarray
+    gdpo: np.ndarray
+    more_rows: int = 0
+    """Rows of the group not shown."""
+
+
+@dataclass(frozen=True)
+class ReportExtras:
+    """Everything the report shows that the Diagnosis does not hold (all parts optional)."""
+
+    histograms: AdvantageHistograms | None = None
+    logged_sample: LoggedSample | None = None
+    examples: tuple[ExampleGroup, ...] = ()
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+
+class ReportCollector:
+    """A ``diagnose`` collector: per-step advantage histograms and a logged-vs-recomputed sample."""
+
+    def __init__(self, *, limit: float = HISTOGRAM_LIMIT, bins: int = HISTOGRAM_BINS) -> None:
+        self.edges = np.linspace(-limit, limit, bins + 1)
+        self._limit = limit
+        self._bins = bins
+        self._keep_every = 1
+        self._seen = 0
+        self._arrival: list[int] = []
+        self._steps: list[int] = []
+        self._grpo: list[np.ndarray] = []
+        self._gdpo: list[np.ndarray] = []
+        self._sample = np.zeros((5, 0))  # rows: row number in the run, step, logged, grpo, gdpo
+        self._sample_every = 1
+        self._rows_seen = 0
+
+    def __call__(self, steps: np.ndarray, chunk: ChunkInput) -> None:
+        import torch
+
+        valid = ~torch.isnan(chunk.rewards).all(dim=1)
+        width = 2 * self._limit / self._bins
+        counts = []
+        for adv in (chunk.advantages.grpo, chunk.advantages.gdpo):
+            x = torch.nan_to_num(adv.to(torch.float64), nan=0.0).clamp(-self._limit, self._limit)
+            bin_index = ((x + self._limit) / width).floor().to(torch.int64).clamp(0, self._bins - 1)
+            key = (chunk.step_index * self._bins + bin_index)[valid]
+            hist = torch.bincount(key, minlength=chunk.num_steps * self._bins)
+            counts.append(hist.view(chunk.num_steps, self._bins).cpu().numpy().astype(np.int32))
+        for k, step in enumerate(np.asarray(steps).tolist()):
+            if self._seen % self._keep_every == 0:
+                self._arrival.append(self._seen)
+                self._steps.append(int(step))
+                self._grpo.append(counts[0][k])
+                self._gdpo.append(counts[1][k])
+            self._seen += 1
+        if len(self._steps) > MAX_HISTOGRAM_STEPS:
+            self._thin()
+        if chunk.logged is not None:
+            self._add_sample(np.asarray(steps), chunk)
+
+    def _thin(self) -> None:
+        """Keep every other stored step (by arrival), and from now on every ``2 * keep_every``-th."""
+        self._keep_every *= 2
+        keep = [i for i, seen in enumerate(self._arrival) if seen % self._keep_every == 0]
+        self._arrival = [self._arrival[i] for i in keep]
+        self._steps = [self._steps[i] for i in keep]
+        self._grpo = [self._grpo[i] for i in keep]
+        self._gdpo = [self._gdpo[i] for i in keep]
+
+    def _add_sample(self, steps: np.ndarray, chunk: ChunkInput) -> None:
+        """Keep every k-th row of the run (k doubling as needed), so the sample stays even and bounded."""
+        import torch
+
+        assert chunk.logged is not None
+        n = chunk.rewards.shape[0]
+        start = self._rows_seen
+        self._rows_seen += n
+
+        def first_row(every: int) -> int:
+            return (-start) % every
+
+        while len(self._sample[0]) + len(range(first_row(self._sample_every), n, self._sample_every)) > (
+            MAX_LOGGED_SAMPLE
+        ):
+            self._sample_every *= 2
+            self._sample = self._sample[:, self._sample[0] % self._sample_every == 0]
+        device = chunk.rewards.device
+        rows = torch.arange(first_row(self._sample_every), n, self._sample_every, device=device)
+        part = torch.stack(
+            [
+                (rows + start).double(),
+                torch.as_tensor(steps, device=device)[chunk.step_index[rows]].double(),
+                chunk.logged[rows].double(),
+                chunk.advantages.grpo[rows].double(),
+                chunk.advantages.gdpo[rows].double(),
+            ]
+        )
+        self._sample = np.concatenate([self._sample, part.cpu().numpy()], axis=1)
+
+    def histograms(self) -> AdvantageHistograms | None:
+        if not self._steps:
+            return None
+        order = np.argsort(np.asarray(self._steps), kind="stable")
+        return AdvantageHistograms(
+            edges=self.edges,
+            steps=np.asarray(self._steps, dtype=np.int64)[order],
+            grpo=np.stack(self._grpo)[order],
+            gdpo=np.stack(self._gdpo)[order],
+            stride=self._keep_every,
+        )
+
+    def logged_sample(self) -> LoggedSample | None:
+        if not self._sample.shape[1]:
+            return None
+        sample = self._sample[:, np.isfinite(self._sample[2])]
+        return LoggedSample(steps=sample[1].astype(np.int64), logged=sample[2], grpo=sample[3], gdpo=sample[4])
+
+    def extras(
+        self,
+        diagnosis: Diagnosis,
+        read_options: dict[str, Any] | None = None,
+        *,
+        paths: Sequence[str | Path] | None = None,
+    ) -> ReportExtras:
+        """The collected parts plus example groups re-read around the main finding's onset.
+
+        ``paths`` are the inputs as given to ``diagnose`` (default: the run's sources).
+        """
+        from collapse_doctor.errors import CollapseDoctorError
+
+        options = {k: v for k, v in (read_options or {}).items() if k in _RUN_OPTIONS}
+        wanted = example_steps(diagnosis) if diagnosis.run.rollouts else {}
+        examples: tuple[ExampleGroup, ...] = ()
+        notes: list[str] = []
+        if wanted:
+            try:
+                examples = read_example_groups(
+                    paths or diagnosis.run.sources, wanted, run_name=diagnosis.run.name, **options
+                )
+            except CollapseDoctorError as exc:  # the rest of the report stands without the examples
+                notes.append(f"example groups could not be re-read: {exc.one_line()}")
+        return ReportExtras(
+            histograms=self.histograms(),
+            logged_sample=self.logged_sample(),
+            examples=examples,
+            notes=tuple(notes),
+        )
+
+
+_RUN_OPTIONS = ("step_col", "group_col", "reward_cols", "group_size", "weights")
+"""The read options of ``diagnose`` that the rollout readers take too."""
+
+
+def example_steps(diagnosis: Diagnosis) -> dict[int, str]:
+    """Steps to show example groups of: one persistence window before the main finding's onset, at it, and after.
+
+    The main finding is the most severe one with an onset; without one, the first and the middle step.
+    Early steps keep the re-read short: it stops after the last of them.
+    """
+    steps = diagnosis.series.steps
+    if len(steps) == 0:
+        return {}
+    main = next((f for f in diagnosis.findings if f.onset_step is not None), None)
+    if main is None or main.onset_step is None:
+        return dict(sorted({int(steps[0]): "first step", int(steps[len(steps) // 2]): "middle of the run"}.items()))
+    at = min(int(np.searchsorted(steps, main.onset_step)), len(steps) - 1)
+    window = max(1, diagnosis.config.persistence_steps(len(steps)))
+    chosen = {int(steps[max(0, at - window)]): f"before the onset of {main.code}"}
+    chosen[int(steps[at])] = f"onset of {main.code}"
+    chosen.setdefault(int(steps[min(len(steps) - 1, at + window)]), f"after the onset of {main.code}")
+    return dict(sorted(chosen.items()))
+
+
+def read_example_groups(
+    paths: Sequence[str | Path],
+    wanted: dict[int, str],
+    *,
+    run_name: str | None = None,
+    per_step: int = EXAMPLE_GROUPS_PER_STEP,
+    **run_options: Any,
+) -> tuple[ExampleGroup, ...]:
+    """Re-read the ``wanted`` steps and pick the groups where GRPO and GDPO disagree most.
+
+    Reading stops once every wanted step has been seen (steps come in order for sorted input).
+    """
+    from collapse_doctor.io.sources import choose_run, discover_runs, open_rollouts
+
+    run: Any = open_rollouts(choose_run(discover_runs(paths), run_name), **run_options)
+    if run is None:
+        return ()
+    remaining = dict(wanted)
+    found: list[ExampleGroup] = []
+    for batch in run.iter_steps():
+        label = remaining.pop(batch.step, None)
+        if label is not None:
+            found.extend(_pick_groups(batch, run.channels, run.weights, label, per_step))
+        if not remaining:
+            break
+    return tuple(sorted(found, key=lambda g: g.step))
+
+
+def _pick_groups(
+    batch: RolloutBatch, channels: Sequence[str], weights: dict[str, float], label: str, per_step: int
+) -> list[ExampleGroup]:
+    import torch
+
+    from collapse_doctor.advantages import compute_advantages
+
+    rewards = torch.from_numpy(batch.rewards)
+    group_index = torch.from_numpy(batch.group_index)
+    weight_t = torch.tensor([weights[c] for c in channels], dtype=torch.float32)
+    adv = compute_advantages(rewards, group_index, weights=weight_t)
+    grpo, gdpo = adv.grpo.double().numpy(), adv.gdpo.double().numpy()
+    sizes = np.bincount(batch.group_index, minlength=batch.num_groups)
+    gap = np.bincount(batch.group_index, weights=np.abs(grpo - gdpo), minlength=batch.num_groups)
+    score = np.where(sizes >= 2, gap / np.maximum(sizes, 1), -1.0)
+    order = np.argsort(-score, kind="stable")[:per_step]
+    extra = batch.extra
+    prompts = _texts(extra, "prompt")
+    completions = _texts(extra, "completion")
+    picked = []
+    for g in order.tolist():
+        rows = np.flatnonzero(batch.group_index == g)
+        shown = rows[:EXAMPLE_ROWS_PER_GROUP]
+        picked.append(
+            ExampleGroup(
+                step=batch.step,
+                group=str(batch.group_keys[int(rows[0])].as_py()),
+                label=label,
+                prompt=prompts[int(rows[0])] if prompts is not None else None,
+                completions=tuple(completions[int(r)] for r in shown) if completions is not None else (),
+                rewards=batch.rewards[shown].astype(np.float64),
+                grpo=grpo[shown],
+                gdpo=gdpo[shown],
+                more_rows=len(rows) - len(shown),
+            )
+        )
+    return picked
+
+
+def _texts(extra: Any, name: str) -> list[str | None] | None:
+    """A text column of the step, each value cut to :data:`MAX_TEXT_CHARS`, or None when absent."""
+    if extra is None or name not in extra.column_names:
+        return None
+    values = extra.column(name).to_pylist()
+    return [None if v is None else str(v)[:MAX_TEXT_CHARS] for v in values]

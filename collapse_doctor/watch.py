@@ -1,0 +1,142 @@
+"""``collapse-doctor watch``: follow a run while it trains and report each finding once, as it appears.
+
+Every ``interval`` seconds the inputs are listed again (new event files, new rollout files, growing logs).
+When something changed, the run is diagnosed again, reading only what is new
+(:mod:`collapse_doctor.incremental`): the records appended to event files and verl file logs, and the
+per-step rollout files (TRL, verl, NeMo-RL) that appeared; canonical Parquet runs are read again whole.
+A finding is printed the first time it appears and again only if its severity rises. With ``fail_on``
+the watch ends with exit code 1 at the first finding at or above that level (a sidecar that stops a bad
+run); Ctrl-C ends it with exit code 0 and a summary. Inputs that are not readable yet (an empty
+directory, a Parquet file still being written) are waited for.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from collapse_doctor.config import check_fail_on
+from collapse_doctor.detectors.base import Finding, Severity
+from collapse_doctor.errors import InputError
+
+if TYPE_CHECKING:
+    from collapse_doctor.diagnosis import Diagnosis
+
+FindingKey = tuple[str, str, tuple[str, ...], str]
+
+
+@dataclass
+class WatchState:
+    """What the watch has seen so far."""
+
+    polls: int = 0
+    scans: int = 0
+    reported: dict[FindingKey, Severity] = field(default_factory=dict)
+    failing: Finding | None = None
+    last_error: str | None = None
+    last_step: int | None = None
+    scalar_points: int = 0
+    files_reduced: int = 0
+    """Per-step rollout files read so far (each once unless it changed)."""
+
+    def summary(self) -> str:
+        counts: dict[str, int] = {}
+        for severity in self.reported.values():
+            counts[severity.label] = counts.get(severity.label, 0) + 1
+        found = ", ".join(f"{n} {label}" for label, n in sorted(counts.items())) or "no findings"
+        step = f", last step {self.last_step}" if self.last_step is not None else ""
+        return f"watched {self.polls} poll(s), {self.scans} scan(s){step}: {found}"
+
+
+def snapshot(paths: Sequence[str | Path]) -> dict[str, tuple[int, int]]:
+    """Size and modification time of every file under the inputs (what a change is judged by)."""
+    out: dict[str, tuple[int, int]] = {}
+    for raw in paths:
+        path = Path(raw)
+        files = [p for p in path.rglob("*") if p.is_file()] if path.is_dir() else [path]
+        for f in files:
+            try:
+                stat = f.stat()
+            except OSError:
+                continue
+            out[str(f)] = (stat.st_size, stat.st_mtime_ns)
+    return out
+
+
+def _key(diagnosis: Diagnosis, finding: Finding) -> FindingKey:
+    return (diagnosis.run.name or "", finding.code, finding.channels, finding.title)
+
+
+def watch(
+    paths: Sequence[str | Path],
+    *,
+    interval: float = 30.0,
+    fail_on: str = "never",
+    max_polls: int | None = None,
+    on_finding: Callable[[Diagnosis, Finding], None] | None = None,
+    on_note: Callable[[str], None] | None = None,
+    on_poll: Callable[[WatchState], None] | None = None,
+    sleep: Callable[[float], None] = time.sleep,
+    **options: Any,
+) -> WatchState:
+    """Poll ``paths`` until a finding reaches ``fail_on``, ``max_polls`` polls were made, or Ctrl-C.
+
+    ``options`` go to :func:`collapse_doctor.diagnosis.diagnose_runs`. Returns the state; its ``failing``
+    finding is set when the watch stopped because of ``fail_on``.
+    """
+    from collapse_doctor.incremental import IncrementalScan
+
+    level = check_fail_on(fail_on)
+    threshold = None if level == "never" else Severity[level.upper()]
+    scanner = IncrementalScan()
+    state = WatchState()
+    previous: dict[str, tuple[int, int]] | None = None
+    while max_polls is None or state.polls < max_polls:
+        if state.polls:
+            sleep(interval)
+        state.polls += 1
+        current = snapshot(paths)
+        if current != previous:
+            previous = current
+            try:
+                diagnoses = scanner.diagnose_runs(paths, fail_on="never", **options)
+            except InputError as exc:
+                message = exc.one_line()
+                if message != state.last_error and on_note is not None:
+                    on_note(f"waiting: {message}")
+                state.last_error = message
+                diagnoses = []
+            else:
+                state.last_error = None
+                state.scans += 1
+                state.files_reduced = scanner.files_reduced
+            for diagnosis in diagnoses:
+                state.last_step = diagnosis.run.last_step
+                state.scalar_points = diagnosis.run.scalar_points
+                for finding in diagnosis.findings:
+                    key = _key(diagnosis, finding)
+                    seen = state.reported.get(key)
+                    if seen is not None and finding.severity <= seen:
+                        continue
+                    state.reported[key] = finding.severity
+                    if on_finding is not None:
+                        on_finding(diagnosis, finding)
+                    if threshold is not None and finding.severity >= threshold and state.failing is None:
+                        state.failing = finding
+            if state.failing is not None:
+                return state
+        if on_poll is not None:
+            on_poll(state)
+    return state
+
+
+def finding_line(diagnosis: Diagnosis, finding: Finding) -> str:
+    """One finding as the watch prints it: time, severity, code, run, title, where, message."""
+    stamp = time.strftime("%H:%M:%S")
+    run = f" [{diagnosis.run.name}]" if diagnosis.run.name else ""
+    where = f" (onset step {finding.onset_step})" if finding.onset_step is not None else ""
+    text = f"{stamp} {finding.severity.label.upper()} {finding.code}{run} {finding.title}{where}: {finding.message}"
+    return " ".join(text.split()) + (f" Remedy: {finding.remedy}" if finding.remedy else "")

@@ -1,0 +1,150 @@
+"""Scalar logs written with torch's SummaryWriter under each framework's real tag names (detector fixtures)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+import numpy as np
+
+Curve = Callable[[np.ndarray, np.random.Generator], np.ndarray]
+STEPS = 200
+
+
+def write_events(directory: Path, series: Mapping[str, np.ndarray], steps: np.ndarray | None = None) -> Path:
+    """One event file in ``directory`` with every tag's values at ``steps`` (default 0..n-1)."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    directory.mkdir(parents=True, exist_ok=True)
+    writer = SummaryWriter(str(directory))
+    n = len(next(iter(series.values())))
+    steps = np.arange(n) if steps is None else steps
+    for i, step in enumerate(steps.tolist()):
+        for tag, values in series.items():
+            writer.add_scalar(tag, float(values[i]), step)
+    writer.close()
+    return directory
+
+
+def _noisy(rng: np.random.Generator, level: np.ndarray | float, scale: float) -> np.ndarray:
+    base = np.broadcast_to(np.asarray(level, dtype=np.float64), (STEPS,))
+    return base * (1 + scale * rng.standard_normal(STEPS))
+
+
+def trl_series(seed: int = 0, **changes: Curve) -> dict[str, np.ndarray]:
+    """A healthy two-channel TRL GRPO run; ``changes`` replace a canonical series (by TRL tag)."""
+    rng = np.random.default_rng(seed)
+    t = np.arange(STEPS)
+    series = {
+        "train/reward": np.clip(0.3 + 0.4 * t / STEPS + 0.05 * rng.standard_normal(STEPS), 0, 2),
+        "train/reward_std": _noisy(rng, 0.6, 0.08),
+        "train/frac_reward_zero_std": np.clip(0.1 + 0.05 * rng.standard_normal(STEPS), 0, 1),
+        "train/kl": _noisy(rng, 0.001 + 0.05 * t / STEPS, 0.1),
+        "train/entropy": _noisy(rng, 0.8 - 0.2 * t / STEPS, 0.05),
+        "train/rewards/format_reward/mean": np.clip(0.5 + 0.2 * t / STEPS + 0.05 * rng.standard_normal(STEPS), 0, 1),
+        "train/rewards/format_reward/std": _noisy(rng, 0.4, 0.1),
+        "train/rewards/correct_reward/mean": np.clip(0.2 + 0.3 * t / STEPS + 0.05 * rng.standard_normal(STEPS), 0, 1),
+        "train/rewards/correct_reward/std": _noisy(rng, 0.45, 0.1),
+        "train/loss": 0.01 * rng.standard_normal(STEPS),
+        "train/grad_norm": _noisy(rng, 0.3, 0.2),
+    }
+    for tag, curve in changes.items():
+        series[tag.replace("__", "/")] = curve(t, rng)
+    return series
+
+
+def after(step: int, before: float, later: float, noise: float = 0.05) -> Curve:
+    """A level that jumps from ``before`` to ``later`` at ``step`` (multiplicative noise)."""
+
+    def curve(t: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        level = np.where(t < step, before, later)
+        return level * (1 + noise * rng.standard_normal(len(t)))
+
+    return curve
+
+
+def oscillating_kl(t: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    smooth = (0.001 + 0.05 * t / STEPS) * (1 + 0.1 * rng.standard_normal(len(t)))
+    wild = 0.2 + 0.15 * np.where(t % 2 == 0, 1.0, -1.0) * (1 + 0.2 * rng.standard_normal(len(t)))
+    return np.where(t < 100, smooth, wild)
+
+
+def trl_run(directory: Path, **changes: Curve) -> Path:
+    return write_events(directory / "runs" / "Nov30_host", trl_series(**changes)).parent.parent
+
+
+def verl_run(directory: Path, *, advantage_max: float = 2.2, jump_at: int | None = None) -> Path:
+    rng = np.random.default_rng(1)
+    t = np.arange(STEPS)
+    high = np.where(jump_at is not None and t >= (jump_at or 0), 4.5, advantage_max)
+    series = {
+        "critic/score/mean": 0.3 + 0.3 * t / STEPS + 0.03 * rng.standard_normal(STEPS),
+        "critic/advantages/mean": 0.01 * rng.standard_normal(STEPS),
+        "critic/advantages/max": high * (1 + 0.03 * rng.standard_normal(STEPS)),
+        "critic/advantages/min": -high * (1 + 0.03 * rng.standard_normal(STEPS)),
+        "actor/entropy": _noisy(rng, 0.7, 0.05),
+        "actor/kl_loss": _noisy(rng, 0.001 + 0.02 * t / STEPS, 0.1),
+        "actor/pg_clipfrac": _noisy(rng, 0.02, 0.2),
+        "response_length/mean": _noisy(rng, 300.0, 0.05),
+    }
+    return write_events(directory / "verl", series)
+
+
+SCALAR_CASES: dict[str, tuple[Callable[[Path], Path], Callable[[Path], Path]]] = {
+    "CD501": (
+        lambda d: trl_run(d / "pos", train__reward_std=after(100, 0.6, 0.01)),
+        lambda d: trl_run(d / "neg"),
+    ),
+    "CD502": (lambda d: trl_run(d / "pos", train__kl=oscillating_kl), lambda d: trl_run(d / "neg")),
+    "CD503": (
+        lambda d: trl_run(d / "pos", train__entropy=after(90, 0.8, 0.05)),
+        lambda d: trl_run(d / "neg"),
+    ),
+    "CD504": (
+        lambda d: trl_run(d / "pos", train__frac_reward_zero_std=after(100, 0.1, 0.85, noise=0.02)),
+        lambda d: trl_run(d / "neg"),
+    ),
+    "CD505": (
+        lambda d: trl_run(d / "pos", **{"train__rewards__format_reward__std": after(100, 0.4, 0.005)}),
+        lambda d: trl_run(d / "neg"),
+    ),
+    "CD506": (lambda d: verl_run(d / "pos", jump_at=100), lambda d: verl_run(d / "neg")),
+}
+
+
+def record(payload: bytes) -> bytes:
+    """One TFRecord: length, masked CRC of the length, payload, masked CRC of the payload."""
+    from collapse_doctor.io.crc32c import masked_crc32c
+
+    length = len(payload).to_bytes(8, "little")
+    return length + masked_crc32c(length).to_bytes(4, "little") + payload + masked_crc32c(payload).to_bytes(4, "little")
+
+
+def scalar_event(tag: str, value: float, step: int, wall: float, *, tensor: bool = False) -> bytes:
+    """A serialised Event with one scalar: ``simple_value`` or a TF2-style float tensor."""
+    from tensorboard.compat.proto import event_pb2, summary_pb2, tensor_pb2, tensor_shape_pb2
+
+    if tensor:
+        proto = tensor_pb2.TensorProto(dtype=1, tensor_shape=tensor_shape_pb2.TensorShapeProto(), float_val=[value])
+        metadata = summary_pb2.SummaryMetadata(
+            plugin_data=summary_pb2.SummaryMetadata.PluginData(plugin_name="scalars")
+        )
+        summary_value = summary_pb2.Summary.Value(tag=tag, tensor=proto, metadata=metadata)
+    else:
+        summary_value = summary_pb2.Summary.Value(tag=tag, simple_value=value)
+    event = event_pb2.Event(wall_time=wall, step=step, summary=summary_pb2.Summary(value=[summary_value]))
+    return event.SerializeToString()
+
+
+def session_start(step: int, wall: float) -> bytes:
+    from tensorboard.compat.proto import event_pb2
+
+    return event_pb2.Event(
+        wall_time=wall, step=step, session_log=event_pb2.SessionLog(status=event_pb2.SessionLog.START)
+    ).SerializeToString()
+
+
+def write_raw(path: Path, payloads: list[bytes]) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b"".join(record(p) for p in payloads))
+    return path

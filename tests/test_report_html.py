@@ -1,0 +1,333 @@
+"""The HTML report without a browser: content, escaping, bounds, the CLI (`report --html`, `scan --html`).
+
+The real-browser checks (rendering, console errors, scripts that must not run) are in test_browser_report.py.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from typer.testing import CliRunner
+
+from collapse_doctor.cli import app
+from collapse_doctor.diagnosis import Diagnosis, diagnose
+from collapse_doctor.report import collect
+from collapse_doctor.report.collect import ReportCollector, ReportExtras
+from collapse_doctor.report.figures import MAX_POINTS, display_index
+from collapse_doctor.report.html import build_report, make_report
+from collapse_doctor.series import RunSeries
+from collapse_doctor.simulate import write_simulation
+from tests.conftest import WriteTable, make_table
+
+runner = CliRunner()
+ROOT = Path(__file__).resolve().parents[1]
+SATURATING = ROOT / "sample_logs" / "saturating-format.parquet"
+SINGLE = ROOT / "sample_logs" / "single-reward.parquet"
+PAYLOAD_CHANNEL = '<img src=x onerror="window.__xss=1">'
+PAYLOAD_SCRIPT = "<script>window.__xss=1</script>"
+
+
+def payload_table(steps: int = 30, groups: int = 4, group_size: int = 8) -> pa.Table:
+    """A run whose channel names, group ids, prompts and completions carry script payloads."""
+    rng = np.random.default_rng(0)
+    n = steps * groups * group_size
+    group_names = [f"{PAYLOAD_SCRIPT}{g}" for g in range(groups)]
+    prompts = [f"prompt {PAYLOAD_SCRIPT} {g} " + "words " * 40 for g in range(groups)]
+    return pa.table(
+        {
+            "step": np.repeat(np.arange(steps), groups * group_size),
+            "group_id": np.tile(np.repeat(group_names, group_size), steps),
+            "reward/format": (rng.random(n) < 0.5).astype(np.float32),
+            f"reward/{PAYLOAD_CHANNEL}": rng.random(n).astype(np.float32),
+            "prompt": np.tile(np.repeat(prompts, group_size), steps),
+            "completion": [
+                f"{PAYLOAD_CHANNEL} {PAYLOAD_SCRIPT} completion {i} " + ("long " * 40 if i % 2 else "")
+                for i in range(n)
+            ],
+        }
+    )
+
+
+def report_data(page: str) -> dict:  # type: ignore[type-arg]
+    match = re.search(r'<script type="application/json" id="report-data">(.*?)</script>', page, re.S)
+    assert match is not None
+    return json.loads(match.group(1))
+
+
+@pytest.fixture(scope="module")
+def saturating(tmp_path_factory: pytest.TempPathFactory) -> tuple[Diagnosis, ReportExtras, str]:
+    out = tmp_path_factory.mktemp("report") / "saturating.html"
+    diagnosis, extras, size = make_report([SATURATING], out, device="cpu")
+    page = out.read_text(encoding="utf-8")
+    assert size == len(page.encode("utf-8"))
+    return diagnosis, extras, page
+
+
+def test_report_is_one_offline_file_with_plotly_once(saturating: tuple[Diagnosis, ReportExtras, str]) -> None:
+    import plotly.offline
+
+    _, _, page = saturating
+    bundle = plotly.offline.get_plotlyjs()
+    assert page.count(bundle[:2000]) == 1
+    rest = page.replace(bundle, "")
+    assert not re.search(r"<script[^>]*\bsrc\s*=", rest)
+    assert "<link" not in rest
+    assert "http://" not in rest and "https://" not in rest
+    assert len(re.findall(r"<script\b", page)) == 3  # plotly.js, the figure data, the page script
+
+
+def test_report_has_every_section_of_a_rollout_run(saturating: tuple[Diagnosis, ReportExtras, str]) -> None:
+    _, extras, page = saturating
+    data = report_data(page)
+    ids = [chart["id"] for chart in data["charts"]]
+    for expected in (
+        "chart-rel-gain",
+        "chart-weights",
+        "chart-share-grpo",
+        "chart-share-gdpo",
+        "chart-dominance",
+        "chart-hist-grpo",
+        "chart-hist-gdpo",
+        "chart-hist-step",
+        "chart-adv-std",
+        "chart-adv-kurtosis",
+        "chart-outliers",
+        "chart-logged-mae",
+        "chart-logged-bound",
+        "chart-logged-scatter",
+        "chart-tied",
+        "chart-distinct",
+        "chart-corr-heatmap",
+        "chart-corr-steps",
+        "chart-zero-var",
+    ):
+        assert expected in ids
+    for chart_id in ids:
+        assert page.count(f'id="{chart_id}"') == 1
+    # Header: verdict, findings with onset, remedy and the explain text one click away.
+    assert "COLLAPSED" in page
+    assert "onset step 73" in page
+    assert "What CD101 checks" in page and "Why it matters" in page
+    # Onset markers on the step charts, the ground truth of the simulated run.
+    rel_gain = next(c for c in data["charts"] if c["id"] == "chart-rel-gain")
+    assert any(s.get("x0") == 73 and s["type"] == "line" for s in rel_gain["layout"]["shapes"])
+    assert "expected CD101" in page
+    # Example groups around the onset, recomputed advantages next to the rewards.
+    assert 'id="examples"' in page
+    assert {g.step for g in extras.examples} == {63, 73, 83}  # a persistence window (10) around the onset
+    assert data["histograms"]["steps"] == list(range(200))
+
+
+def test_histograms_count_every_rollout_once(saturating: tuple[Diagnosis, ReportExtras, str]) -> None:
+    diagnosis, extras, _ = saturating
+    hist = extras.histograms
+    assert hist is not None
+    assert hist.grpo.shape == (200, len(hist.edges) - 1)
+    rollouts = diagnosis.series["rollouts"]
+    np.testing.assert_array_equal(hist.grpo.sum(axis=1), rollouts)
+    np.testing.assert_array_equal(hist.gdpo.sum(axis=1), rollouts)
+    sample = extras.logged_sample
+    assert sample is not None
+    assert collect.MAX_LOGGED_SAMPLE // 2 < len(sample.logged) <= collect.MAX_LOGGED_SAMPLE
+    assert sample.steps.min() == 0 and sample.steps.max() == 199  # spread over the whole run
+
+
+def test_single_channel_run_says_why_there_is_no_correlation(tmp_path: Path) -> None:
+    out = tmp_path / "single.html"
+    make_report([SINGLE], out, device="cpu")
+    page = out.read_text(encoding="utf-8")
+    assert "One reward channel: no pairs to correlate." in page
+    assert "chart-corr-heatmap" not in page
+
+
+def test_text_from_logs_is_escaped(write_table: WriteTable, tmp_path: Path) -> None:
+    path = write_table(payload_table())
+    out = tmp_path / "report.html"
+    _, extras, _ = make_report([path], out, device="cpu")
+    page = out.read_text(encoding="utf-8")
+    assert PAYLOAD_CHANNEL not in page
+    assert PAYLOAD_SCRIPT not in page
+    assert "onerror=&quot;window.__xss=1&quot;" in page  # HTML parts: escaped and shown
+    assert "&lt;script&gt;window.__xss=1&lt;/script&gt;" in page
+    data = report_data(page)  # the JSON parses back to names plotly shows as text, not markup
+    names = [trace.get("name", "") for chart in data["charts"] for trace in chart["data"]]
+    assert '&lt;img src=x onerror="window.__xss=1"&gt;' in names
+    assert extras.examples and all(g.prompt for g in extras.examples)
+    assert "<details><summary>" in page  # long completions are shortened and expand on click
+
+
+def test_display_index_keeps_spikes_and_bounds_points() -> None:
+    values = np.sin(np.arange(20_000) / 50.0)
+    values[12_345] = 40.0
+    values[777] = -40.0
+    keep = display_index(values, 1000)
+    assert len(keep) <= 1002
+    assert 12_345 in keep and 777 in keep
+    assert keep[0] == 0 and keep[-1] == len(values) - 1
+    assert np.all(np.diff(keep) > 0)
+
+
+def test_long_run_is_thinned_for_display(tmp_path: Path) -> None:
+    path = write_simulation(tmp_path / "long.parquet", "saturating-format", steps=3000, groups=2, group_size=4).path
+    out = tmp_path / "long.html"
+    make_report([path], out, device="cpu")
+    page = out.read_text(encoding="utf-8")
+    data = report_data(page)
+    rel_gain = next(c for c in data["charts"] if c["id"] == "chart-rel-gain")
+    assert all(len(trace["x"]) <= MAX_POINTS + 2 for trace in rel_gain["data"])
+    assert "thinned for display" in page
+    share = next(c for c in data["charts"] if c["id"] == "chart-share-grpo")
+    assert len({tuple(trace["x"]) for trace in share["data"]}) == 1  # stacked traces share their steps
+
+
+def test_collector_keeps_a_bounded_number_of_histograms(monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch
+
+    from collapse_doctor.advantages import compute_advantages
+    from collapse_doctor.stats import ChunkInput
+
+    monkeypatch.setattr(collect, "MAX_HISTOGRAM_STEPS", 8)
+    monkeypatch.setattr(collect, "MAX_LOGGED_SAMPLE", 64)
+    collector = ReportCollector()
+    rng = np.random.default_rng(0)
+    for start in range(0, 60, 5):  # 12 chunks of 5 steps, 2 groups of 4 per step
+        rewards = torch.from_numpy(rng.random((40, 2)).astype(np.float32))
+        group_index = torch.arange(40) // 4
+        step_index = torch.arange(40) // 8
+        weights = torch.ones(2)
+        adv = compute_advantages(rewards, group_index, weights=weights, step_index=step_index)
+        chunk = ChunkInput(rewards, group_index, step_index, weights, adv, 10, 5, torch.zeros(40))
+        collector(np.arange(start, start + 5), chunk)
+    hist = collector.histograms()
+    assert hist is not None
+    assert len(hist.steps) <= 8
+    assert hist.stride == 8
+    assert np.all(hist.steps % hist.stride == 0)
+    assert np.all(hist.grpo.sum(axis=1) == 8)
+    sample = collector.logged_sample()
+    assert sample is not None and len(sample.logged) == 60  # every 8th of 480 rows
+    np.testing.assert_array_equal(np.bincount(sample.steps, minlength=60), np.ones(60))  # one row per step
+    np.testing.assert_array_equal(sample.logged, 0.0)
+
+
+def test_scalar_panels_appear_only_when_the_run_has_scalars(
+    saturating: tuple[Diagnosis, ReportExtras, str],
+) -> None:
+    from collapse_doctor.io.tensorboard import TagPoints
+    from collapse_doctor.scalars import ScalarSeries
+
+    diagnosis, _, page = saturating
+    assert 'id="scalars"' not in page
+    steps = np.arange(0, 200, 2)
+    scalars = ScalarSeries(
+        framework="trl",
+        series={"kl": TagPoints(steps, np.linspace(0, 0.1, len(steps))), "entropy": TagPoints(steps, np.ones(100))},
+        tags={"kl": "train/kl", "entropy": "train/entropy"},
+        points=200,
+    )
+    page = build_report(replace(diagnosis, scalars=scalars))
+    ids = [c["id"] for c in report_data(page)["charts"]]
+    assert 'id="scalars"' in page and "chart-scalar-0" in ids and "chart-scalar-1" in ids
+    assert "Logged as train/kl." in page
+
+
+def test_a_run_without_rollout_series_renders_the_header(saturating: tuple[Diagnosis, ReportExtras, str]) -> None:
+    diagnosis, _, _ = saturating
+    empty = RunSeries(steps=diagnosis.series.steps, channels=diagnosis.series.channels, pairs=[], values={})
+    page = build_report(replace(diagnosis, series=empty, findings=()))
+    assert report_data(page)["charts"] == []
+    assert "No findings" in page
+
+
+def test_build_report_without_extras(saturating: tuple[Diagnosis, ReportExtras, str]) -> None:
+    diagnosis, _, _ = saturating
+    page = build_report(diagnosis)
+    ids = [c["id"] for c in report_data(page)["charts"]]
+    assert "chart-rel-gain" in ids and "chart-hist-step" not in ids
+    assert 'id="examples"' not in page
+
+
+# -- CLI -------------------------------------------------------------------------------------------
+def test_report_command_writes_the_file_and_exits_like_scan(tmp_path: Path) -> None:
+    out = tmp_path / "report.html"
+    result = runner.invoke(app, ["report", str(SATURATING), "--html", str(out), "--device", "cpu"])
+    assert result.exit_code == 1, result.output  # collapsed: findings at or above --fail-on warning
+    assert f"wrote {out}" in result.output and "COLLAPSED" in result.output
+    assert out.read_text(encoding="utf-8").startswith("<!DOCTYPE html>")
+    never = runner.invoke(app, ["report", str(SATURATING), "--html", str(out), "--device", "cpu", "--fail-on", "never"])
+    assert never.exit_code == 0, never.output
+
+
+def test_scan_writes_the_same_report(tmp_path: Path) -> None:
+    out = tmp_path / "scan.html"
+    result = runner.invoke(app, ["scan", str(SATURATING), "--html", str(out), "--device", "cpu"])
+    assert result.exit_code == 1, result.output
+    ids = [c["id"] for c in report_data(out.read_text(encoding="utf-8"))["charts"]]
+    assert "chart-rel-gain" in ids and "chart-hist-step" in ids
+
+
+def test_report_refuses_to_overwrite_an_input(write_table: WriteTable) -> None:
+    path = write_table(make_table())
+    before = path.read_bytes()
+    result = runner.invoke(app, ["report", str(path), "--html", str(path), "--device", "cpu"])
+    assert result.exit_code == 2
+    assert "refusing to overwrite an input" in result.output and "--html" in result.output
+    assert path.read_bytes() == before
+
+
+def test_report_into_a_missing_directory_is_a_one_line_error(write_table: WriteTable, tmp_path: Path) -> None:
+    path = write_table(make_table())
+    out = tmp_path / "missing" / "report.html"
+    result = runner.invoke(app, ["report", str(path), "--html", str(out), "--device", "cpu"])
+    assert result.exit_code == 2
+    assert result.output.count("\n") == 1 and "does not exist" in result.output
+    assert not out.parent.exists()
+
+
+def test_report_leaves_no_temp_file(write_table: WriteTable, tmp_path: Path) -> None:
+    path = write_table(make_table())
+    out = tmp_path / "out" / "report.html"
+    out.parent.mkdir()
+    result = runner.invoke(app, ["report", str(path), "--html", str(out), "--device", "cpu"])
+    assert result.exit_code in (0, 1), result.output
+    assert [p.name for p in out.parent.iterdir()] == ["report.html"]
+
+
+def test_text_longer_than_the_cap_is_cut(write_table: WriteTable, tmp_path: Path) -> None:
+    table = make_table(steps=2, groups=2)
+    long = ["x" * (collect.MAX_TEXT_CHARS * 3)] * table.num_rows
+    table = table.set_column(table.schema.get_field_index("completion"), "completion", pa.array(long))
+    path = write_table(table)
+    diagnosis = diagnose([path], device="cpu")
+    groups = collect.read_example_groups([path], collect.example_steps(diagnosis))
+    assert groups and all(len(c or "") == collect.MAX_TEXT_CHARS for g in groups for c in g.completions)
+    assert pq.read_table(path).num_rows == table.num_rows
+
+
+def test_examples_that_cannot_be_re_read_leave_a_note(
+    saturating: tuple[Diagnosis, ReportExtras, str], tmp_path: Path
+) -> None:
+    diagnosis, _, _ = saturating
+    extras = ReportCollector().extras(diagnosis, paths=[tmp_path / "gone.parquet"])
+    assert extras.examples == () and extras.notes
+    page = build_report(diagnosis, extras)
+    assert "example groups could not be re-read" in page
+
+
+def test_a_scalar_log_only_run_gets_the_header_and_scalar_panels(tmp_path: Path) -> None:
+    from tests.scalar_runs import trl_run
+
+    out = tmp_path / "scalars.html"
+    diagnosis, extras, _ = make_report([trl_run(tmp_path / "logs")], out, device="cpu")
+    page = out.read_text(encoding="utf-8")
+    ids = [c["id"] for c in report_data(page)["charts"]]
+    assert diagnosis.run.rollouts == 0 and extras.examples == ()
+    assert "none: the input is a scalar log only" in page and "reward std peak" in page
+    assert ids and all(i.startswith("chart-scalar-") for i in ids)
