@@ -293,7 +293,8 @@ def diagnose(
     dev = str(resolve_device(device))
 
     read_options = {"step_col": step_col, "group_col": group_col, "reward_cols": reward_cols}
-    rollouts = open_rollouts(inputs, group_size=group_size, weights=weights, **read_options)
+    # Nothing is written before the end, so rewards are checked while streaming: one less read of them.
+    rollouts = open_rollouts(inputs, check_rewards_first=False, group_size=group_size, weights=weights, **read_options)
     scalars = read_scalar_log(inputs, scalar_cache)
     run: Any = rollouts if rollouts is not None else ScalarOnlyRun.build(inputs, scalars, weights)
     channels = run.channels

@@ -256,15 +256,19 @@ def choose_run(runs: Sequence[RunInputs], name: str | None) -> RunInputs:
     raise UsageError(f"--run {name!r} matches no run; found: {', '.join(r.name for r in runs)}")
 
 
-def open_rollouts(run: RunInputs, **options: object) -> object | None:
-    """The run's rollouts as a ParquetRun-like object (``iter_steps()`` per step), or ``None``."""
+def open_rollouts(run: RunInputs, *, check_rewards_first: bool = True, **options: object) -> object | None:
+    """The run's rollouts as a ParquetRun-like object (``iter_steps()`` per step), or ``None``.
+
+    ``check_rewards_first=False`` lets a canonical Parquet run check its rewards while it streams
+    them (see :class:`ParquetRun`); the other layouts are read whole and checked when opened.
+    """
     kind = run.rollout_kind
     if kind is None:
         return None
     if kind == "parquet":
         from collapse_doctor.io.parquet import ParquetRun
 
-        return ParquetRun(run.rollout_files, **options)  # type: ignore[arg-type]
+        return ParquetRun(run.rollout_files, check_rewards_first=check_rewards_first, **options)  # type: ignore[arg-type]
     if kind == "trl_completions":
         from collapse_doctor.io.trl import open_trl_completions
 
