@@ -1,3 +1,3 @@
-from collapse_doctor.cli import main
+from collapse_doctor.cli import run
 
-main()
+run()

@@ -6,6 +6,7 @@ Exit codes: 0 success, 1 findings at or above ``--fail-on`` (scan), 2 usage, inp
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import time
@@ -616,5 +617,32 @@ def main(argv: list[str] | None = None) -> Callable[..., Any] | None:
         sys.exit(EXIT_OK)
 
 
+FULL_TEARDOWN_COMMANDS = frozenset({"retrain"})
+"""Commands whose libraries (TRL, accelerate, TensorBoard writers) may still flush things at exit."""
+
+
+def run(argv: list[str] | None = None) -> None:
+    """The ``collapse-doctor`` executable: :func:`main`, then a fast exit.
+
+    Once torch is imported, the interpreter's normal teardown takes about half a second (longer than a
+    whole scan of a small run). Outputs are written and closed by then, so the process flushes its
+    streams and leaves with ``os._exit``; commands in :data:`FULL_TEARDOWN_COMMANDS` exit normally.
+    """
+    args = sys.argv[1:] if argv is None else argv
+    try:
+        main(args)
+        code = EXIT_OK
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else (EXIT_OK if exc.code is None else EXIT_ERROR)
+        if not isinstance(exc.code, int | None):
+            _err(str(exc.code))
+    if "torch" not in sys.modules or FULL_TEARDOWN_COMMANDS.intersection(args):
+        sys.exit(code)
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):  # closed or broken pipe: nothing more to say
+            stream.flush()
+    os._exit(code)
+
+
 if __name__ == "__main__":  # pragma: no cover
-    main()
+    run()
