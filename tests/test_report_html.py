@@ -21,7 +21,7 @@ from collapse_doctor.diagnosis import Diagnosis, diagnose
 from collapse_doctor.report import collect
 from collapse_doctor.report.collect import ReportCollector, ReportExtras
 from collapse_doctor.report.figures import MAX_POINTS, display_index
-from collapse_doctor.report.html import build_report, make_report
+from collapse_doctor.report.html import PLOTLY_BUNDLE, PLOTLY_TRACE_TYPES, build_report, make_report, plotly_js
 from collapse_doctor.series import RunSeries
 from collapse_doctor.simulate import write_simulation
 from tests.conftest import WriteTable, make_table
@@ -29,6 +29,7 @@ from tests.conftest import WriteTable, make_table
 runner = CliRunner()
 ROOT = Path(__file__).resolve().parents[1]
 SATURATING = ROOT / "sample_logs" / "saturating-format.parquet"
+SAMPLE_LOGS = ROOT / "sample_logs"
 SINGLE = ROOT / "sample_logs" / "single-reward.parquet"
 PAYLOAD_CHANNEL = '<img src=x onerror="window.__xss=1">'
 PAYLOAD_SCRIPT = "<script>window.__xss=1</script>"
@@ -71,10 +72,9 @@ def saturating(tmp_path_factory: pytest.TempPathFactory) -> tuple[Diagnosis, Rep
 
 
 def test_report_is_one_offline_file_with_plotly_once(saturating: tuple[Diagnosis, ReportExtras, str]) -> None:
-    import plotly.offline
-
     _, _, page = saturating
-    bundle = plotly.offline.get_plotlyjs()
+    bundle = plotly_js()
+    assert "plotly.js (cartesian - minified)" in bundle[:200]  # the vendored bundle, not the 4.8 MB one
     assert page.count(bundle[:2000]) == 1
     rest = page.replace(bundle, "")
     assert not re.search(r"<script[^>]*\bsrc\s*=", rest)
@@ -331,3 +331,22 @@ def test_a_scalar_log_only_run_gets_the_header_and_scalar_panels(tmp_path: Path)
     assert diagnosis.run.rollouts == 0 and extras.examples == ()
     assert "none: the input is a scalar log only" in page and "reward std peak" in page
     assert ids and all(i.startswith("chart-scalar-") for i in ids)
+
+
+def test_the_vendored_plotly_bundle_has_every_trace_type_the_report_draws(tmp_path: Path) -> None:
+    import plotly.offline
+
+    bundle = PLOTLY_BUNDLE.read_text(encoding="utf-8")
+    declared = set(re.findall(r'moduleType:"trace",name:"([a-z0-9]+)"', bundle))
+    assert declared == PLOTLY_TRACE_TYPES
+    version = re.search(r"plotly\.js[^v]*v([0-9.]+)", bundle[:200])
+    full = re.search(r"plotly\.js v([0-9.]+)", plotly.offline.get_plotlyjs()[:300])
+    assert version and full and version.group(1) == full.group(1)  # same plotly.js as the Python package's
+    used = set()
+    for sample in sorted(SAMPLE_LOGS.glob("*.parquet")):
+        out = tmp_path / f"{sample.stem}.html"
+        make_report([sample], out, device="cpu")
+        used |= {
+            trace.get("type", "scatter") for chart in report_data(out.read_text())["charts"] for trace in chart["data"]
+        }
+    assert used and used <= PLOTLY_TRACE_TYPES, used - PLOTLY_TRACE_TYPES

@@ -30,10 +30,27 @@ PREVIEW_CHARS = 90
 _CODE_SPAN = re.compile(r"`([^`]+)`")
 
 
+PLOTLY_BUNDLE = Path(__file__).with_name("vendor") / "plotly-cartesian.min.js"
+"""plotly.js with the cartesian trace types only (see vendor/README.md): a third of the full bundle."""
+PLOTLY_TRACE_TYPES = frozenset(
+    {"bar", "box", "contour", "heatmap", "histogram", "histogram2d", "histogram2dcontour", "image", "pie"}
+    | {"scatter", "scatterternary", "violin"}
+)
+"""Trace types in :data:`PLOTLY_BUNDLE`."""
+
+
+def plotly_js() -> str:
+    """The plotly.js source to embed: the vendored cartesian bundle, else the plotly package's full one."""
+    try:
+        return PLOTLY_BUNDLE.read_text(encoding="utf-8")
+    except OSError:
+        import plotly.offline
+
+        return str(plotly.offline.get_plotlyjs())
+
+
 def build_report(diagnosis: Diagnosis, extras: ReportExtras | None = None) -> str:
     """Render ``diagnosis`` as one HTML page (a pure function of its inputs)."""
-    import plotly.offline
-
     from collapse_doctor import __version__
     from collapse_doctor.diagnosis import VERDICTS
 
@@ -70,8 +87,8 @@ def build_report(diagnosis: Diagnosis, extras: ReportExtras | None = None) -> st
             "<body>",
             *body,
             f'<script type="application/json" id="report-data">{_script_json(payload)}</script>',
-            # plotly.js last: the header, findings and tables show before its ~4.8 MB are parsed.
-            f"<script>{plotly.offline.get_plotlyjs()}</script>",
+            # plotly.js last: the header, findings and tables show before it is parsed.
+            f"<script>{plotly_js()}</script>",
             f"<script>{_script()}</script>",
             "</body>",
             "</html>",
@@ -175,9 +192,9 @@ def _header(diagnosis: Diagnosis, verdict: str) -> str:
         counts[f.severity.label] = counts.get(f.severity.label, 0) + 1
     summary = ", ".join(f"{n} {label}" for label, n in counts.items()) or "no findings"
     exit_text = f"{len(failing)} failing, exit 1" if failing else "nothing failing, exit 0"
-    sources = ", ".join(diagnosis.run.sources[:3])
-    if len(diagnosis.run.sources) > 3:
-        sources += f" (+{len(diagnosis.run.sources) - 3} files)"
+    from collapse_doctor.report.ci import describe_sources
+
+    sources = describe_sources(diagnosis.run.sources)
     return (
         '<header class="top"><div class="inner">'
         f'<h1><span class="verdict {esc(diagnosis.verdict)}">{esc(verdict)}</span>'
