@@ -3,8 +3,8 @@
 Importing the package is cheap: torch and pyarrow load only when a function that needs them runs.
 
 >>> import collapse_doctor
->>> callable(collapse_doctor.diagnose)
-True
+>>> callable(collapse_doctor.diagnose), callable(collapse_doctor.diagnose_runs)
+(True, True)
 """
 
 from __future__ import annotations
@@ -12,11 +12,11 @@ from __future__ import annotations
 from typing import Any
 
 __version__ = "0.1.0"
-__all__ = ["Diagnosis", "diagnose"]
+__all__ = ["Diagnosis", "diagnose", "diagnose_runs"]
 
 
 def __getattr__(name: str) -> Any:
-    if name in ("diagnose", "Diagnosis"):
+    if name in ("diagnose", "diagnose_runs", "Diagnosis"):
         from collapse_doctor import diagnosis
 
         return getattr(diagnosis, name)

@@ -42,14 +42,25 @@ class StackedChunk:
         import torch
 
         dev = torch.device(device)
-        logged = torch.from_numpy(self.logged).to(dev) if self.logged is not None else None
+        logged = _tensor(self.logged).to(dev) if self.logged is not None else None
         return (
-            torch.from_numpy(self.rewards).to(dev),
-            torch.from_numpy(self.group_index).to(dev),
-            torch.from_numpy(self.step_index).to(dev),
+            _tensor(self.rewards).to(dev),
+            _tensor(self.group_index).to(dev),
+            _tensor(self.step_index).to(dev),
             torch.tensor([weights[c] for c in channels], dtype=torch.float32, device=dev),
             logged,
         )
+
+
+def _tensor(array: np.ndarray):  # type: ignore[no-untyped-def]
+    """``torch.from_numpy`` without its warning for read-only arrays (zero-copy Arrow buffers).
+
+    A writable array is shared as is; a read-only one is copied once (torch tensors are always writable,
+    so sharing a read-only buffer would let a kernel write into memory Arrow owns).
+    """
+    import torch
+
+    return torch.from_numpy(np.require(array, requirements="W"))
 
 
 def stack_chunk(chunk: list[RolloutBatch]) -> StackedChunk:

@@ -13,12 +13,15 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from collapse_doctor import __version__
 from collapse_doctor.errors import CollapseDoctorError
+
+if TYPE_CHECKING:
+    from collapse_doctor.diagnosis import Diagnosis
 
 app = typer.Typer(
     name="collapse-doctor",
@@ -51,6 +54,17 @@ RunOption = Annotated[
     str | None,
     typer.Option("--run", help="With several runs under a log directory: the one to read (default: all)."),
 ]
+AlgoOption = Annotated[
+    str,
+    typer.Option("--algo", help="Aggregation the run used: auto (from logged advantages), grpo or gdpo."),
+]
+FailOnOption = Annotated[
+    str | None,
+    typer.Option("--fail-on", help="Exit 1 on findings at or above: never, info, warning (default), critical."),
+]
+ConfigOption = Annotated[Path | None, typer.Option("--config", help="Config file (TOML) with thresholds.")]
+OnlyOption = Annotated[str | None, typer.Option("--only", help="Run only these detector codes (CD101,CD3...).")]
+IgnoreOption = Annotated[str | None, typer.Option("--ignore", help="Skip these detector codes.")]
 
 
 def _err(message: str) -> None:
@@ -79,7 +93,10 @@ def user_errors(debug: bool) -> Iterator[None]:
 
 
 class DelayedProgress:
-    """A progress bar on stderr that appears only on a terminal and only after ``delay`` seconds."""
+    """A progress bar on stderr that appears only on a terminal and only after ``delay`` seconds.
+
+    Used as a context manager around the call it reports on; leaving it removes the bar.
+    """
 
     def __init__(self, description: str, *, delay: float = 1.0) -> None:
         self._description = description
@@ -107,6 +124,12 @@ class DelayedProgress:
         if self._progress is not None:
             self._progress.stop()
 
+    def __enter__(self) -> DelayedProgress:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
 
 def _split(text: str | None) -> list[str] | None:
     if not text:
@@ -133,6 +156,19 @@ def _read_options(
         "reward_cols": _split(reward_cols),
         "group_size": group_size,
     }
+
+
+def _detector_options(config: Path | None, only: str | None, ignore: str | None) -> dict[str, Any]:
+    """The config file and detector selection that every command running detectors passes to the library."""
+    return {"config": config, "only": _split(only), "ignore": _split(ignore)}
+
+
+def _render_text(diagnosis: Diagnosis) -> None:
+    """Print a diagnosis for the terminal: plain text when NO_COLOR is set or stdout is not a terminal."""
+    from collapse_doctor.report.text import render_text
+
+    plain = bool(os.environ.get("NO_COLOR")) or not sys.stdout.isatty()
+    render_text(diagnosis, sys.stdout, color=False if plain else None)
 
 
 def _version(value: bool) -> None:
@@ -172,8 +208,7 @@ def advantages(
     with user_errors(debug):
         from collapse_doctor.export import export_advantages
 
-        progress = DelayedProgress("recomputing advantages")
-        try:
+        with DelayedProgress("recomputing advantages") as progress:
             summary = export_advantages(
                 paths,
                 output,
@@ -182,8 +217,6 @@ def advantages(
                 on_progress=progress,
                 **_read_options(weights, device, step_col, group_col, reward_cols, group_size),
             )
-        finally:
-            progress.close()
         for warning in summary.warnings:
             _err(f"warning: {warning}")
         channels = ", ".join(f"{c} (w={summary.weights[c]:g})" for c in summary.channels)
@@ -208,14 +241,8 @@ def _write_output(path: Path, text: str, inputs: list[Path]) -> None:
 def scan(
     paths: Annotated[list[str], typer.Argument(help="Parquet file(s), directories or globs of one run.")],
     weights: WeightsOption = None,
-    algo: Annotated[
-        str,
-        typer.Option("--algo", help="Aggregation the run used: auto (from logged advantages), grpo or gdpo."),
-    ] = "auto",
-    fail_on: Annotated[
-        str | None,
-        typer.Option("--fail-on", help="Exit 1 on findings at or above: never, info, warning (default), critical."),
-    ] = None,
+    algo: AlgoOption = "auto",
+    fail_on: FailOnOption = None,
     json_out: Annotated[Path | None, typer.Option("--json", help="Write the diagnosis as JSON to this file.")] = None,
     junit_out: Annotated[Path | None, typer.Option("--junit", help="Write a JUnit XML report to this file.")] = None,
     markdown_out: Annotated[
@@ -228,9 +255,9 @@ def scan(
     output_format: Annotated[
         str, typer.Option("--format", help="stdout format: text, json or github (workflow annotations).")
     ] = "text",
-    config: Annotated[Path | None, typer.Option("--config", help="Config file (TOML) with thresholds.")] = None,
-    only: Annotated[str | None, typer.Option("--only", help="Run only these detector codes (CD101,CD3...).")] = None,
-    ignore: Annotated[str | None, typer.Option("--ignore", help="Skip these detector codes.")] = None,
+    config: ConfigOption = None,
+    only: OnlyOption = None,
+    ignore: IgnoreOption = None,
     device: DeviceOption = "auto",
     step_col: StepColOption = None,
     group_col: GroupColOption = None,
@@ -252,22 +279,17 @@ def scan(
             raise UsageError(f"--format {output_format!r} is not one of text, json, github")
         read_options = _read_options(weights, device, step_col, group_col, reward_cols, group_size)
         report_collector = _html_collector(html_out, paths)
-        progress = DelayedProgress("scanning")
-        try:
+        with DelayedProgress("scanning") as progress:
             diagnoses = diagnose_runs(
                 paths,
                 run_name=run_name,
                 algo=algo,
-                config=config,
                 fail_on=fail_on,
-                only=_split(only),
-                ignore=_split(ignore),
                 on_progress=progress,
                 collectors=[report_collector] if report_collector is not None else [],
+                **_detector_options(config, only, ignore),
                 **read_options,
             )
-        finally:
-            progress.close()
         if len(diagnoses) > 1:
             from collapse_doctor.report.runs import report_runs
 
@@ -296,10 +318,7 @@ def scan(
                 with open(summary_file, "a", encoding="utf-8") as handle:
                     handle.write(markdown_summary(diagnosis))
         else:
-            from collapse_doctor.report.text import render_text
-
-            plain = bool(os.environ.get("NO_COLOR")) or not sys.stdout.isatty()
-            render_text(diagnosis, sys.stdout, color=False if plain else None)
+            _render_text(diagnosis)
         code = diagnosis.exit_code()
     raise typer.Exit(code)
 
@@ -320,17 +339,11 @@ def report(
     paths: Annotated[list[str], typer.Argument(help="Rollout files, log directories or globs of one run.")],
     html_out: Annotated[Path, typer.Option("--html", help="Write the self-contained HTML report to this file.")],
     weights: WeightsOption = None,
-    algo: Annotated[
-        str,
-        typer.Option("--algo", help="Aggregation the run used: auto (from logged advantages), grpo or gdpo."),
-    ] = "auto",
-    fail_on: Annotated[
-        str | None,
-        typer.Option("--fail-on", help="Exit 1 on findings at or above: never, info, warning (default), critical."),
-    ] = None,
-    config: Annotated[Path | None, typer.Option("--config", help="Config file (TOML) with thresholds.")] = None,
-    only: Annotated[str | None, typer.Option("--only", help="Run only these detector codes (CD101,CD3...).")] = None,
-    ignore: Annotated[str | None, typer.Option("--ignore", help="Skip these detector codes.")] = None,
+    algo: AlgoOption = "auto",
+    fail_on: FailOnOption = None,
+    config: ConfigOption = None,
+    only: OnlyOption = None,
+    ignore: IgnoreOption = None,
     device: DeviceOption = "auto",
     step_col: StepColOption = None,
     group_col: GroupColOption = None,
@@ -348,22 +361,17 @@ def report(
         from collapse_doctor.diagnosis import VERDICTS
         from collapse_doctor.report.html import make_report
 
-        progress = DelayedProgress("scanning")
-        try:
+        with DelayedProgress("scanning") as progress:
             diagnosis, _, size = make_report(
                 paths,
                 html_out,
                 algo=algo,
-                config=config,
                 fail_on=fail_on,
-                only=_split(only),
-                ignore=_split(ignore),
                 on_progress=progress,
                 run_name=run_name,
+                **_detector_options(config, only, ignore),
                 **_read_options(weights, device, step_col, group_col, reward_cols, group_size),
             )
-        finally:
-            progress.close()
         for warning in diagnosis.run.warnings:
             _err(f"warning: {warning}")
         typer.echo(
@@ -383,9 +391,9 @@ def watch(
         typer.Option("--fail-on", help="Exit 1 at the first finding at or above this level (default never)."),
     ] = "never",
     run_name: RunOption = None,
-    config: Annotated[Path | None, typer.Option("--config", help="Config file (TOML) with thresholds.")] = None,
+    config: ConfigOption = None,
     only: Annotated[str | None, typer.Option("--only", help="Run only these detector codes.")] = None,
-    ignore: Annotated[str | None, typer.Option("--ignore", help="Skip these detector codes.")] = None,
+    ignore: IgnoreOption = None,
     weights: WeightsOption = None,
     device: DeviceOption = "auto",
     step_col: StepColOption = None,
@@ -414,9 +422,7 @@ def watch(
                 on_finding=lambda diagnosis, finding: typer.echo(finding_line(diagnosis, finding)),
                 on_note=_err,
                 run_name=run_name,
-                config=config,
-                only=_split(only),
-                ignore=_split(ignore),
+                **_detector_options(config, only, ignore),
                 **_read_options(weights, device, step_col, group_col, reward_cols, group_size),
             )
         except KeyboardInterrupt:
@@ -598,10 +604,7 @@ def retrain(
                 f"--output-dir {result.output_dir}"
             )
         if result.diagnosis is not None:
-            from collapse_doctor.report.text import render_text
-
-            plain = bool(os.environ.get("NO_COLOR")) or not sys.stdout.isatty()
-            render_text(result.diagnosis, sys.stdout, color=False if plain else None)
+            _render_text(result.diagnosis)
         code = result.exit_code()
     raise typer.Exit(code)
 

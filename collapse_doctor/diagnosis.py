@@ -239,6 +239,60 @@ def run_detectors(ctx: DetectionContext, codes: Sequence[str]) -> tuple[list[Fin
     return findings, skipped
 
 
+def resolve_config(
+    files: Sequence[Path],
+    config: Config | str | Path | None,
+    *,
+    fail_on: str | None = None,
+    only: Sequence[str] | None = None,
+    ignore: Sequence[str] | None = None,
+) -> tuple[Config, list[str]]:
+    """The configuration with the explicit options applied, and the detector codes it selects.
+
+    ``config`` is a :class:`Config`, a config file path, or ``None`` (discovered from ``files``).
+    ``fail_on`` and ``only`` replace the configured values; ``ignore`` adds to the configured list.
+    """
+    if not isinstance(config, Config):
+        config = load_config(list(files), config)
+    overrides: dict[str, Any] = {}
+    if fail_on is not None:
+        overrides["fail_on"] = check_fail_on(fail_on)
+    if only:
+        overrides["only"] = tuple(only)
+    if ignore:
+        overrides["ignore"] = tuple(config.ignore) + tuple(ignore)
+    config = replace(config, **overrides)
+    return config, select(None, config.only or None, config.ignore or None)
+
+
+def diagnosis_from_series(
+    summary: RunSummary,
+    series: RunSeries,
+    config: Config,
+    codes: Sequence[str],
+    scalars: ScalarSeries | None,
+    *,
+    started: float | None = None,
+) -> Diagnosis:
+    """Run the selected detectors on a run's series and scalar log, and assemble its Diagnosis.
+
+    ``started`` is the ``time.perf_counter()`` value the scan began at (``seconds`` stays 0 without it).
+    """
+    ctx = DetectionContext(run=summary, series=series, config=config, scalars=scalars)
+    findings, skipped = run_detectors(ctx, codes)
+    return Diagnosis(
+        verdict=verdict_of(findings),
+        findings=tuple(findings),
+        run=summary,
+        series=series,
+        detectors=tuple(codes),
+        skipped=skipped,
+        config=config,
+        seconds=time.perf_counter() - started if started is not None else 0.0,
+        scalars=scalars,
+    )
+
+
 def diagnose(
     paths: Sequence[str | Path],
     *,
@@ -269,7 +323,14 @@ def diagnose(
     ``scalar_cache`` lets a caller that scans a growing log again (``watch``) parse only what is new.
     """
     from collapse_doctor.advantages import compute_advantages, resolve_device
-    from collapse_doctor.io.sources import choose_run, discover_runs, open_rollouts, read_scalar_log
+    from collapse_doctor.io.sources import (
+        DYNAMIC_WEIGHTS_SOURCE,
+        choose_run,
+        discover_runs,
+        dynamic_weight_channels,
+        open_rollouts,
+        read_scalar_log,
+    )
     from collapse_doctor.scalar_run import ScalarOnlyRun, summary_extras
     from collapse_doctor.stats import ChunkInput, channel_pairs, step_statistics
     from collapse_doctor.workers import ChunkWorkers
@@ -278,18 +339,7 @@ def diagnose(
         raise UsageError(f"--algo {algo!r} is not one of {', '.join(ALGORITHMS)}")
     started = time.perf_counter()
     inputs = choose_run(discover_runs(paths), run_name)
-    files = inputs.files
-    if not isinstance(config, Config):
-        config = load_config(files, config)
-    overrides: dict[str, Any] = {}
-    if fail_on is not None:
-        overrides["fail_on"] = check_fail_on(fail_on)
-    if only:
-        overrides["only"] = tuple(only)
-    if ignore:
-        overrides["ignore"] = tuple(config.ignore) + tuple(ignore)
-    config = replace(config, **overrides)
-    codes = select(None, config.only or None, config.ignore or None)
+    config, codes = resolve_config(inputs.files, config, fail_on=fail_on, only=only, ignore=ignore)
     dev = str(resolve_device(device))
 
     read_options = {"step_col": step_col, "group_col": group_col, "reward_cols": reward_cols}
@@ -323,6 +373,9 @@ def diagnose(
     series = builder.build()
 
     algorithm, source = _detect_algorithm(series, algo)
+    if algorithm == "unknown" and rollouts is not None and (dynamic := dynamic_weight_channels(run.files)):
+        # gdpo-dynamic (collapse-doctor retrain) logs per-step weights; the recomputation uses fixed ones.
+        algorithm, source = "gdpo", f"{DYNAMIC_WEIGHTS_SOURCE}: weight/ columns for {', '.join(dynamic)}"
     sizes = run.notes.group_sizes
     summary = RunSummary(
         sources=tuple(str(f) for f in run.files),
@@ -343,19 +396,7 @@ def diagnose(
         ground_truth=run.ground_truth,
     )
     summary, scalar_series = summary_extras(summary, inputs, run, scalars, multiple=run_name is not None)
-    ctx = DetectionContext(run=summary, series=series, config=config, scalars=scalar_series)
-    findings, skipped = run_detectors(ctx, codes)
-    return Diagnosis(
-        verdict=verdict_of(findings),
-        findings=tuple(findings),
-        run=summary,
-        series=series,
-        detectors=tuple(codes),
-        skipped=skipped,
-        config=config,
-        seconds=time.perf_counter() - started,
-        scalars=scalar_series,
-    )
+    return diagnosis_from_series(summary, series, config, codes, scalar_series, started=started)
 
 
 def diagnose_runs(paths: Sequence[str | Path], *, run_name: str | None = None, **options: Any) -> list[Diagnosis]:

@@ -19,7 +19,7 @@ import pyarrow.parquet as pq
 
 from collapse_doctor.advantages import CONVENTIONS, SCALES, compute_advantages, resolve_device
 from collapse_doctor.batching import chunk_steps, stack_chunk
-from collapse_doctor.errors import SchemaError, UsageError
+from collapse_doctor.errors import InputError, SchemaError, UsageError
 from collapse_doctor.io.atomic import atomic_path
 from collapse_doctor.io.parquet import ParquetRun
 from collapse_doctor.memory import release_free_memory
@@ -158,6 +158,31 @@ def _chunk_table(
     return row_ids, pa.table(columns)
 
 
+def _open_rollouts(paths: Sequence[str | Path], **options: object) -> tuple[ParquetRun, list[Path]]:
+    """The rollouts of the one run in ``paths`` (canonical Parquet or a sniffed trainer layout), and their files.
+
+    Trainer layouts (TRL completions, verl rollout JSONL, NeMo-RL JSONL) are found the way ``scan`` finds
+    them (:func:`collapse_doctor.io.sources.discover_runs`); scalar logs next to the rollouts are ignored.
+    """
+    from collapse_doctor.io.sources import discover_runs, open_rollouts
+
+    runs = [r for r in discover_runs(paths) if r.rollout_kind is not None]
+    if not runs:
+        shown = ", ".join(str(p) for p in paths)
+        raise InputError(
+            f"{shown}: no rollouts found (only scalar logs), so there are no advantages to recompute",
+            hint="point at the rollout files: Parquet tables, TRL completions, verl or NeMo-RL JSONL",
+        )
+    if len(runs) > 1:
+        raise UsageError(
+            f"found {len(runs)} runs with rollouts: {', '.join(r.name for r in runs)}",
+            hint="export one run at a time: pass that run's directory or files",
+        )
+    run = open_rollouts(runs[0], check_rewards_first=True, **options)
+    assert isinstance(run, ParquetRun)
+    return run, list(runs[0].rollout_files)
+
+
 def export_advantages(
     paths: Sequence[str | Path],
     output: str | Path,
@@ -179,13 +204,8 @@ def export_advantages(
         raise UsageError(f"--scale {scale!r} is not one of {', '.join(SCALES)}")
     started = time.perf_counter()
     dev = str(resolve_device(device))
-    run = ParquetRun(
-        paths,
-        step_col=step_col,
-        group_col=group_col,
-        reward_cols=reward_cols,
-        group_size=group_size,
-        weights=weights,
+    run, inputs = _open_rollouts(
+        paths, step_col=step_col, group_col=group_col, reward_cols=reward_cols, group_size=group_size, weights=weights
     )
     metadata = {
         WEIGHTS_METADATA_KEY: json.dumps(run.weights),
@@ -203,7 +223,7 @@ def export_advantages(
         metadata[GROUND_TRUTH_METADATA_KEY] = truth.decode()
     done = 0
     steps = 0
-    with atomic_path(output, inputs=run.files) as tmp:
+    with atomic_path(output, inputs=inputs) as tmp:
         writer: OrderedParquetWriter | None = None
         try:
             for chunk in chunk_steps(run.iter_steps()):

@@ -12,22 +12,19 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from collapse_doctor.config import Config, check_fail_on, load_config
-from collapse_doctor.detectors import DetectionContext
-from collapse_doctor.detectors.base import select
 from collapse_doctor.diagnosis import (
     Diagnosis,
     RunSummary,
     _detect_algorithm,
     diagnose,
-    run_detectors,
-    verdict_of,
+    diagnosis_from_series,
+    resolve_config,
 )
 from collapse_doctor.io.sources import RunInputs, ScalarCache, choose_run, discover_runs, read_scalar_log
 from collapse_doctor.scalar_run import summary_extras
@@ -55,21 +52,6 @@ def merge_series(parts: Sequence[RunSeries]) -> RunSeries | None:
     order = np.argsort(steps, kind="stable")
     values = {name: np.concatenate([p.values[name] for p in parts])[order] for name in first.values}
     return RunSeries(steps=steps[order], channels=first.channels, pairs=first.pairs, values=values)
-
-
-def _config(files: Sequence[Path], options: dict[str, Any]) -> tuple[Config, list[str]]:
-    config = options.get("config")
-    if not isinstance(config, Config):
-        config = load_config(list(files), config)
-    overrides: dict[str, Any] = {}
-    if options.get("fail_on") is not None:
-        overrides["fail_on"] = check_fail_on(options["fail_on"])
-    if options.get("only"):
-        overrides["only"] = tuple(options["only"])
-    if options.get("ignore"):
-        overrides["ignore"] = tuple(config.ignore) + tuple(options["ignore"])
-    config = replace(config, **overrides)
-    return config, select(None, config.only or None, config.ignore or None)
 
 
 @dataclass
@@ -118,7 +100,13 @@ class IncrementalScan:
         series = merge_series([d.series for d in diagnoses])
         if series is None:
             return None  # channels or columns changed between files: scan the run as a whole
-        config, codes = _config(run.files, options)
+        config, codes = resolve_config(
+            run.files,
+            options.get("config"),
+            fail_on=options.get("fail_on"),
+            only=options.get("only"),
+            ignore=options.get("ignore"),
+        )
         algorithm, source = _detect_algorithm(series, options.get("algo", "auto"))
         runs = [d.run for d in diagnoses]
         summary = RunSummary(
@@ -140,15 +128,4 @@ class IncrementalScan:
         )
         scalars = read_scalar_log(run, self.scalar_cache)
         summary, scalars = summary_extras(summary, run, None, scalars, multiple=named)
-        ctx = DetectionContext(run=summary, series=series, config=config, scalars=scalars)
-        findings, skipped = run_detectors(ctx, codes)
-        return Diagnosis(
-            verdict=verdict_of(findings),
-            findings=tuple(findings),
-            run=summary,
-            series=series,
-            detectors=tuple(codes),
-            skipped=skipped,
-            config=config,
-            scalars=scalars,
-        )
+        return diagnosis_from_series(summary, series, config, codes, scalars)

@@ -106,27 +106,37 @@ def _tail_median(values: np.ndarray) -> float | None:
     return float(np.median(finite)) if len(finite) else None
 
 
+def _peak(points: Any) -> tuple[float | None, int | None]:
+    if points is None or not np.isfinite(points.values).any():
+        return None, None
+    at = int(np.nanargmax(points.values))
+    return float(points.values[at]), int(points.steps[at])
+
+
 def scalar_channel_table(diagnosis: Diagnosis) -> list[dict[str, Any]]:
-    """Channel rows of a scalar-only run: reward mean now and reward std at its peak and now."""
+    """Channel rows of a scalar-only run: reward mean now and reward std at its peak and now.
+
+    A collapse-doctor retrain log adds rel_gain at its peak and now and the share of constant groups.
+    """
     rows = []
     scalars = diagnosis.scalars
     for channel in diagnosis.run.channels:
         mean = scalars.get(T.CHANNEL_MEAN + channel) if scalars is not None else None
         std = scalars.get(T.CHANNEL_STD + channel) if scalars is not None else None
-        peak = peak_step = None
-        if std is not None and np.isfinite(std.values).any():
-            at = int(np.nanargmax(std.values))
-            peak, peak_step = float(std.values[at]), int(std.steps[at])
+        rel = scalars.get(T.CHANNEL_REL_GAIN + channel) if scalars is not None else None
+        constant = scalars.get(T.CHANNEL_ZERO_VAR_SHARE + channel) if scalars is not None else None
+        peak, peak_step = _peak(std)
+        rel_peak, rel_peak_step = _peak(rel)
         rows.append(
             {
                 "channel": channel,
                 "weight": diagnosis.run.weights.get(channel, 1.0),
-                "rel_gain_peak": None,
-                "rel_gain_peak_step": None,
-                "rel_gain_now": None,
+                "rel_gain_peak": rel_peak,
+                "rel_gain_peak_step": rel_peak_step,
+                "rel_gain_now": _tail_median(rel.values) if rel is not None else None,
                 "signal_share_grpo": None,
                 "signal_share_gdpo": None,
-                "zero_variance_share": None,
+                "zero_variance_share": _tail_median(constant.values) if constant is not None else None,
                 "reward_mean": _tail_median(mean.values) if mean is not None else None,
                 "reward_std_peak": peak,
                 "reward_std_peak_step": peak_step,

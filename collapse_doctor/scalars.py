@@ -43,8 +43,8 @@ class ScalarSeries:
 
     @property
     def channels(self) -> tuple[str, ...]:
-        """Reward channels seen as per-channel mean or std series, in name order."""
-        names = {key.split("/", 1)[1] for key in self.series if key.startswith((T.CHANNEL_MEAN, T.CHANNEL_STD))}
+        """Reward channels seen as per-channel series (mean, std, collapse-doctor's monitor), in name order."""
+        names = {key.split("/", 1)[1] for key in self.series if key.startswith(T.CHANNEL_PREFIXES)}
         return tuple(sorted(names))
 
     def steps(self) -> np.ndarray:

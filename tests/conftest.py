@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+import subprocess
+import sys
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -37,6 +39,24 @@ def make_table(
         columns["prompt"] = [f"prompt {s}-{g}" for s, g in zip(columns["step"], columns["group_id"], strict=True)]
         columns["completion"] = [f"completion {i}" for i in range(n)]
     return pa.table(columns)
+
+
+def modules_imported_by_cli(*calls: Sequence[str], packages: Sequence[str]) -> list[str]:
+    """The modules of ``packages`` a fresh interpreter has imported after running each CLI call (each must exit 0).
+
+    A subprocess, so the modules the test session itself imported do not count.
+    """
+    code = (
+        "import json, sys\n"
+        "from typer.testing import CliRunner\n"
+        "from collapse_doctor.cli import app\n"
+        f"for args in {[list(call) for call in calls]!r}:\n"
+        "    r = CliRunner().invoke(app, args)\n"
+        "    assert r.exit_code == 0, r.output\n"
+        f"print(json.dumps([m for m in sorted(sys.modules) if m.split('.')[0] in {tuple(packages)!r}]))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return list(json.loads(out.stdout))
 
 
 @pytest.fixture

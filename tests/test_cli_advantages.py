@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 from collapse_doctor.advantages import compute_advantages
 from collapse_doctor.cli import app
-from tests.conftest import WriteTable, make_table
+from tests.conftest import WriteTable, make_table, modules_imported_by_cli
 
 runner = CliRunner()
 
@@ -182,18 +182,7 @@ def test_debug_shows_traceback(write_table: WriteTable, tmp_path: Path) -> None:
 
 
 def test_help_does_not_import_torch() -> None:
-    code = (
-        "import sys\n"
-        "from typer.testing import CliRunner\n"
-        "from collapse_doctor.cli import app\n"
-        "r = CliRunner().invoke(app, ['--help'])\n"
-        "assert r.exit_code == 0, r.output\n"
-        "r = CliRunner().invoke(app, ['advantages', '--help'])\n"
-        "assert r.exit_code == 0, r.output\n"
-        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'pyarrow', 'numpy')))\n"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "[]"
+    assert modules_imported_by_cli(["--help"], ["advantages", "--help"], packages=("torch", "pyarrow", "numpy")) == []
 
 
 def test_console_script_and_module_entry_points(write_table: WriteTable, tmp_path: Path) -> None:

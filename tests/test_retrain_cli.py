@@ -16,6 +16,7 @@ from collapse_doctor.retrain.data import read_prompt_rows
 from collapse_doctor.retrain.plan import RetrainOptions, apply_scan, build_plan
 from collapse_doctor.retrain.rewards import exact_match, format_tag, length_limit, parse_reward, parse_rewards
 from collapse_doctor.retrain.settings import load_settings, resolve_algorithm, settings_from_mapping
+from tests.conftest import modules_imported_by_cli
 
 runner = CliRunner()
 
@@ -26,17 +27,9 @@ def invoke(*args: str) -> tuple[int, str, str]:
 
 
 def test_help_does_not_import_the_training_stack() -> None:
-    code = (
-        "import sys\n"
-        "from typer.testing import CliRunner\n"
-        "from collapse_doctor.cli import app\n"
-        "r = CliRunner().invoke(app, ['retrain', '--help'])\n"
-        "assert r.exit_code == 0, r.output\n"
-        "assert '--algo' in r.output and '--dry-run' in r.output\n"
-        "print(sorted({m.split('.')[0] for m in sys.modules} & {'torch', 'trl', 'transformers', 'numpy'}))\n"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "[]"
+    code, out, _ = invoke("retrain", "--help")
+    assert code == 0 and "--algo" in out and "--dry-run" in out
+    assert modules_imported_by_cli(["retrain", "--help"], packages=("torch", "trl", "transformers", "numpy")) == []
 
 
 def test_missing_train_extra_is_one_line() -> None:

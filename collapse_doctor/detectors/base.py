@@ -132,10 +132,6 @@ class DetectionContext:
     def sustained(self, condition: np.ndarray) -> tuple[int, int] | None:
         return persistent_onset(np.asarray(condition, dtype=bool), self.persistence)
 
-    def step_range(self, stretch: tuple[int, int]) -> tuple[int, int]:
-        steps = self.series.steps
-        return int(steps[stretch[0]]), int(steps[stretch[1]])
-
     @staticmethod
     def window(stretch: tuple[int, int]) -> slice:
         """The series rows of a stretch (both ends included)."""
@@ -168,16 +164,23 @@ class Detector:
         severity: Severity,
         title: str,
         message: str,
+        steps: np.ndarray | None = None,
         **rest: Any,
     ) -> Finding:
-        """A finding of this detector whose onset and step range come from a sustained stretch."""
+        """A finding of this detector whose onset and step range come from a sustained stretch.
+
+        ``stretch`` indexes ``steps``: the run's per-step series by default, or the steps of one scalar
+        series (CD5xx, whose tags are logged at their own rates).
+        """
+        if steps is None:
+            steps = ctx.series.steps
         return Finding(
             code=self.code,
             severity=severity,
             title=title,
             message=message,
-            onset_step=int(ctx.series.steps[stretch[0]]),
-            step_range=ctx.step_range(stretch),
+            onset_step=int(steps[stretch[0]]),
+            step_range=(int(steps[stretch[0]]), int(steps[stretch[1]])),
             **rest,
         )
 

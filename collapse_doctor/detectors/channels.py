@@ -15,7 +15,7 @@ from collapse_doctor.detectors.base import (
     persistent_onset,
     register,
 )
-from collapse_doctor.detectors.remedies import GDPO_SWITCH, nanmedian
+from collapse_doctor.detectors.remedies import aggregation_remedy, gdpo_counterfactual, nanmedian
 
 
 def variance_inflation(corr: np.ndarray) -> np.ndarray:
@@ -102,7 +102,7 @@ class Collinearity(Detector):
                     channels=(a, b),
                     evidence=evidence,
                     remedy=f"drop `{drop}`: it repeats `{keep}`, rho={median:.2f} (or merge them into one channel)",
-                    gdpo_resolves=False,
+                    gdpo_resolves=gdpo_counterfactual(ctx, False),
                 )
             )
         return findings
@@ -208,8 +208,8 @@ class DominantChannel(Detector):
                         "drowned_channels": drowned,
                         "suggested_weight": suggested,
                     },
-                    remedy=f"{GDPO_SWITCH}, or lower the weight: --weights {channel}={suggested:.2g}",
-                    gdpo_resolves=bool(share_gdpo <= share_limit),
+                    remedy=f"{aggregation_remedy(ctx)}, or lower the weight: --weights {channel}={suggested:.2g}",
+                    gdpo_resolves=gdpo_counterfactual(ctx, bool(share_gdpo <= share_limit)),
                 )
             )
         return findings

@@ -3,10 +3,36 @@
 from __future__ import annotations
 
 import warnings
+from typing import TYPE_CHECKING
 
 import numpy as np
 
+if TYPE_CHECKING:
+    from collapse_doctor.detectors.base import DetectionContext
+
 GDPO_SWITCH = 'switch to GDPO: GRPOConfig(multi_objective_aggregation="normalize_then_sum") in TRL'
+GDPO_DYNAMIC = "adapt the channel weights per step: collapse-doctor retrain --algo gdpo-dynamic"
+"""The aggregation remedy for a run that already is GDPO (switching to GDPO would change nothing)."""
+
+
+def aggregation_remedy(ctx: DetectionContext) -> str:
+    """The aggregation part of a remedy, for the algorithm the run used (detected or ``--algo``).
+
+    GRPO runs are told to switch to GDPO; GDPO runs to adapt the weights per step (gdpo-dynamic); runs whose
+    weights already adapt (``weight/<channel>`` columns) to grade the check and retrain.
+    """
+    from collapse_doctor.io.sources import DYNAMIC_WEIGHTS_SOURCE
+
+    if ctx.algorithm != "gdpo":
+        return GDPO_SWITCH
+    if ctx.run.algorithm_source.startswith(DYNAMIC_WEIGHTS_SOURCE):
+        return "grade the check and retrain: collapse-doctor retrain --algo gdpo-dynamic --reward NAME=module:function"
+    return GDPO_DYNAMIC
+
+
+def gdpo_counterfactual(ctx: DetectionContext, resolves: bool | None) -> bool | None:
+    """A finding's ``gdpo_resolves``: whether switching to GDPO helps; ``None`` for a run that already is GDPO."""
+    return None if ctx.algorithm == "gdpo" else resolves
 
 
 def nanmedian(values: np.ndarray) -> float:

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from typing import ClassVar
 
 from collapse_doctor.detectors.base import DetectionContext, Detector, Finding, Severity, register
-from collapse_doctor.detectors.remedies import GDPO_SWITCH, nanmedian
+from collapse_doctor.detectors.remedies import aggregation_remedy, gdpo_counterfactual, nanmedian
 
 
 @register
@@ -72,7 +72,7 @@ class TiedSums(Detector):
                     "distinct_ratio_grpo": distinct_grpo,
                     "distinct_ratio_gdpo": distinct_gdpo,
                 },
-                remedy=f"{GDPO_SWITCH}, or give the channels distinct weights (--weights a=1,b=0.5,...)",
-                gdpo_resolves=bool(resolves),
+                remedy=f"{aggregation_remedy(ctx)}, or give the channels distinct weights (--weights a=1,b=0.5,...)",
+                gdpo_resolves=gdpo_counterfactual(ctx, bool(resolves)),
             )
         ]

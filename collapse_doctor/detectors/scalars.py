@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import numpy as np
 
 from collapse_doctor.detectors.base import DetectionContext, Detector, Finding, Severity, persistent_onset, register
-from collapse_doctor.detectors.remedies import GDPO_SWITCH, nanmedian
+from collapse_doctor.detectors.remedies import aggregation_remedy, nanmedian
 from collapse_doctor.io import tags as T
 from collapse_doctor.io.tensorboard import TagPoints
 from collapse_doctor.series import rolling
@@ -69,26 +69,20 @@ class ScalarDetector(Detector):
         head = max(self.persistence(ctx, n), math.ceil(0.1 * n), 3)
         return nanmedian(values[: min(n, head)])
 
-    def scalar_finding(
-        self,
-        ctx: DetectionContext,
-        steps: np.ndarray,
-        stretch: tuple[int, int],
-        *,
-        severity: Severity,
-        title: str,
-        message: str,
-        **rest: Any,
-    ) -> Finding:
-        return Finding(
-            code=self.code,
-            severity=severity,
-            title=title,
-            message=message,
-            onset_step=int(steps[stretch[0]]),
-            step_range=(int(steps[stretch[0]]), int(steps[stretch[1]])),
-            **rest,
-        )
+    def relative_to_early(self, ctx: DetectionContext, values: np.ndarray) -> tuple[float, np.ndarray] | None:
+        """The early level of the smoothed series and the series over it (``None`` when that level is not > 0)."""
+        smooth = self.smooth(ctx, values)
+        early = self.early(ctx, smooth)
+        if not (np.isfinite(early) and early > 0):
+            return None
+        with np.errstate(invalid="ignore"):
+            return early, smooth / early
+
+    @staticmethod
+    def settled_level(values: np.ndarray, stretch: tuple[int, int], persist: int) -> float:
+        """Median over the last persistence window of a stretch: where the series stands at its end."""
+        start, end = stretch
+        return nanmedian(values[max(start, end - persist + 1) : end + 1])
 
 
 def _tag(ctx: DetectionContext, name: str) -> str:
@@ -139,12 +133,10 @@ class AdvantageStdShift(ScalarDetector):
         if found is None:
             return []
         values = found.values
-        smooth = self.smooth(ctx, values)
-        early = self.early(ctx, smooth)
-        if not (np.isfinite(early) and early > 0):
+        relative = self.relative_to_early(ctx, values)
+        if relative is None:
             return []
-        with np.errstate(invalid="ignore"):
-            ratio = smooth / early
+        early, ratio = relative
         persist = self.persistence(ctx, len(values))
         findings = []
         spike = persistent_onset(ratio > ctx.threshold(self.code, "spike_ratio"), persist)
@@ -152,8 +144,8 @@ class AdvantageStdShift(ScalarDetector):
         for stretch, kind in ((spike, "spike"), (collapse, "collapse")):
             if stretch is None:
                 continue
-            level = nanmedian(values[stretch[0] : stretch[1] + 1])
-            tail = nanmedian(values[max(stretch[0], stretch[1] - persist + 1) : stretch[1] + 1])
+            level = nanmedian(values[ctx.window(stretch)])
+            tail = self.settled_level(values, stretch, persist)
             factor = level / early
             critical = kind == "collapse" and tail / early < ctx.threshold(self.code, "critical_collapse_ratio")
             label = "advantage std" if name == T.ADVANTAGE_STD else "reward std"
@@ -170,12 +162,12 @@ class AdvantageStdShift(ScalarDetector):
                 )
             else:
                 message += " A few outlier groups or rewards now set the advantage scale of the batch."
-                remedy = f"clip or squash the reward channel with outliers, or {GDPO_SWITCH}"
+                remedy = f"clip or squash the reward channel with outliers, or {aggregation_remedy(ctx)}"
             findings.append(
-                self.scalar_finding(
+                self.finding(
                     ctx,
-                    found.steps,
                     stretch,
+                    steps=found.steps,
                     severity=Severity.CRITICAL if critical else Severity.WARNING,
                     title=title,
                     message=message,
@@ -246,14 +238,14 @@ class KlOscillation(ScalarDetector):
         stretch = persistent_onset(condition, persist)
         if stretch is None:
             return []
-        part = slice(stretch[0], stretch[1] + 1)
+        part = ctx.window(stretch)
         late_swing = nanmedian(swing[part])
         late_level = nanmedian(level[part])
         return [
-            self.scalar_finding(
+            self.finding(
                 ctx,
-                found.steps,
                 stretch,
+                steps=found.steps,
                 severity=Severity.WARNING,
                 title="KL oscillates while it climbs",
                 message=(
@@ -307,27 +299,24 @@ class EntropyCollapse(ScalarDetector):
         found = self.points(ctx, T.ENTROPY)
         if found is None:
             return []
-        smooth = self.smooth(ctx, found.values)
-        early = self.early(ctx, smooth)
-        if not (np.isfinite(early) and early > 0):
+        relative = self.relative_to_early(ctx, found.values)
+        if relative is None:
             return []
-        with np.errstate(invalid="ignore"):
-            ratio = smooth / early
-        warn = ctx.threshold(self.code, "warn_ratio")
-        stretch = persistent_onset(ratio < warn, self.persistence(ctx, len(smooth)))
+        early, ratio = relative
+        persist = self.persistence(ctx, len(found.values))
+        stretch = persistent_onset(ratio < ctx.threshold(self.code, "warn_ratio"), persist)
         if stretch is None:
             return []
-        start, end = stretch
-        persist = self.persistence(ctx, len(smooth))
-        now = nanmedian(found.values[max(start, end - persist + 1) : end + 1])
+        start = stretch[0]
+        now = self.settled_level(found.values, stretch, persist)
         below_90 = np.flatnonzero(ratio[: start + 1] >= 0.9)
         fall_from = int(found.steps[below_90[-1]]) if len(below_90) else int(found.steps[0])
         critical = now / early < ctx.threshold(self.code, "critical_ratio")
         return [
-            self.scalar_finding(
+            self.finding(
                 ctx,
-                found.steps,
                 stretch,
+                steps=found.steps,
                 severity=Severity.CRITICAL if critical else Severity.WARNING,
                 title="entropy collapsed",
                 message=(
@@ -389,15 +378,15 @@ class ZeroStdShare(ScalarDetector):
         stretch = persistent_onset(share > ctx.threshold(self.code, "warn_share"), persist)
         if stretch is None:
             return []
-        part = slice(stretch[0], stretch[1] + 1)
+        part = ctx.window(stretch)
         level = nanmedian(found.values[part])
         peak = float(np.nanmax(found.values[part]))
         critical = level > ctx.threshold(self.code, "critical_share")
         return [
-            self.scalar_finding(
+            self.finding(
                 ctx,
-                found.steps,
                 stretch,
+                steps=found.steps,
                 severity=Severity.CRITICAL if critical else Severity.WARNING,
                 title="most groups give no gradient",
                 message=(
@@ -408,7 +397,7 @@ class ZeroStdShare(ScalarDetector):
                 evidence={"tag": _tag(ctx, T.ZERO_STD_SHARE), "share": level, "peak_share": peak},
                 remedy=(
                     "filter all-pass/all-fail prompts (dynamic sampling), raise num_generations or the "
-                    f"temperature, or add a graded reward; with several channels, {GDPO_SWITCH}"
+                    f"temperature, or add a graded reward; with several channels, {aggregation_remedy(ctx)}"
                 ),
             )
         ]
@@ -477,17 +466,17 @@ class ChannelStdSaturation(ScalarDetector):
             stretch = persistent_onset((ratio < warn) & others_ok, persist)
             if stretch is None:
                 continue
-            start, end = stretch
+            start = stretch[0]
             peak_value = float(peak[start])
             peak_at = int(steps[int(np.nanargmax(np.where(np.isfinite(values[: start + 1]), values[: start + 1], -1)))])
-            now = nanmedian(values[max(start, end - persist + 1) : end + 1])
+            now = self.settled_level(values, stretch, persist)
             now_ratio = now / peak_value if peak_value > 0 else float("nan")
             critical = now_ratio < ctx.threshold(self.code, "critical_ratio")
             findings.append(
-                self.scalar_finding(
+                self.finding(
                     ctx,
-                    steps,
                     stretch,
+                    steps=steps,
                     severity=Severity.CRITICAL if critical else Severity.WARNING,
                     title=f"`{channel}` saturated: its reward std fell to ~0",
                     message=(
@@ -506,10 +495,10 @@ class ChannelStdSaturation(ScalarDetector):
                         "other_channels_ratio": other_now,
                     },
                     remedy=(
-                        f"lower `{channel}`'s weight or drop it, make its check harder, or {GDPO_SWITCH}; "
+                        f"lower `{channel}`'s weight or drop it, make its check harder, or {aggregation_remedy(ctx)}; "
                         "scan the rollouts for the per-group picture"
                     ),
-                    gdpo_resolves=True,
+                    gdpo_resolves=True if ctx.algorithm != "gdpo" else None,
                 )
             )
         return findings
@@ -564,13 +553,13 @@ class LoggedAdvantageBound(ScalarDetector):
             stretch = persistent_onset(beyond, self.persistence(ctx, len(found.values)))
             if stretch is None:
                 continue
-            part = slice(stretch[0], stretch[1] + 1)
+            part = ctx.window(stretch)
             extreme = float(np.nanmax(sign * found.values[part]))
             findings.append(
-                self.scalar_finding(
+                self.finding(
                     ctx,
-                    found.steps,
                     stretch,
+                    steps=found.steps,
                     severity=Severity.WARNING,
                     title="logged advantages exceed the group z-score bound",
                     message=(

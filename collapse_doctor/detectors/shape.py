@@ -8,7 +8,7 @@ from typing import ClassVar
 import numpy as np
 
 from collapse_doctor.detectors.base import DetectionContext, Detector, Finding, Severity, register
-from collapse_doctor.detectors.remedies import GDPO_SWITCH, nanmedian
+from collapse_doctor.detectors.remedies import aggregation_remedy, gdpo_counterfactual, nanmedian
 
 BIMODALITY_CUTOFF = 5 / 9
 """Sarle's bimodality coefficient of a uniform distribution; above it suggests two modes."""
@@ -26,7 +26,10 @@ class AdvantageShape(Detector):
         that take many distinct values); heavy tails (excess kurtosis above the threshold). Group
         z-scores are bounded by (n-1)/sqrt(n), so heavy tails in recomputed advantages show up as
         outlier-dominated groups rather than as large values. Few-valued advantages (binary rewards)
-        are bimodal by construction and are not judged on bimodality.
+        are bimodal by construction and are not judged on bimodality. Outlier groups are judged under
+        the run's own aggregation: when its advantages still spread the rest of such groups (std at
+        least `squeezed_rest_std`, as GDPO's per-channel normalisation usually does), the finding is
+        only informational.
 
     Why it matters
         In an outlier-dominated group one completion takes almost all of the group's advantage and
@@ -51,6 +54,7 @@ class AdvantageShape(Detector):
     thresholds: ClassVar[Mapping[str, float]] = {
         "outlier_share": 0.05,
         "outlier_share_critical": 0.2,
+        "squeezed_rest_std": 0.5,
         "bimodality": 0.7,
         "min_distinct_ratio": 0.9,
         "excess_kurtosis": 3.0,
@@ -64,20 +68,29 @@ class AdvantageShape(Detector):
         stretch = ctx.sustained(share > ctx.threshold(self.code, "outlier_share"))
         if stretch is not None:
             window = ctx.window(stretch)
-            level = nanmedian(series["outlier_group_share"][window])
+            # The rate over the stretch (what the smoothed decision saw); a median of per-step shares is 0
+            # when the run has few groups per step and most steps hold none.
+            level = float(np.nanmean(series["outlier_group_share"][window]))
             rest_grpo = nanmedian(series["outlier_rest_std_grpo"][window])
             rest_gdpo = nanmedian(series["outlier_rest_std_gdpo"][window])
+            spreads = {"grpo": f"{rest_grpo:.2f} under GRPO", "gdpo": f"{rest_gdpo:.2f} under GDPO"}
+            own, other = ("gdpo", "grpo") if alg == "gdpo" else ("grpo", "gdpo")
             critical = level > ctx.threshold(self.code, "outlier_share_critical")
+            rest_own = rest_gdpo if own == "gdpo" else rest_grpo
+            severity = Severity.CRITICAL if critical else Severity.WARNING
+            rest = f"the rest are squeezed to an advantage spread of {spreads[own]} ({spreads[other]})"
+            if rest_own >= ctx.threshold(self.code, "squeezed_rest_std"):
+                severity = Severity.INFO  # the run's aggregation keeps the rest of those groups apart
+                rest = f"the rest keep an advantage spread of {spreads[own]}, this run's aggregation ({spreads[other]})"
             findings.append(
                 self.finding(
                     ctx,
                     stretch,
-                    severity=Severity.CRITICAL if critical else Severity.WARNING,
+                    severity=severity,
                     title="outlier completions dominate their groups",
                     message=(
                         f"in {level:.0%} of groups one completion's reward lies far outside the rest of its "
-                        f"group; the rest are squeezed to an advantage spread of {rest_grpo:.2f} under GRPO "
-                        f"({rest_gdpo:.2f} under GDPO)."
+                        f"group; {rest}."
                     ),
                     evidence={
                         "outlier_group_share": level,
@@ -87,9 +100,9 @@ class AdvantageShape(Detector):
                     },
                     remedy=(
                         "clip or squash the channel with extreme rewards (e.g. tanh or a cap), inspect the "
-                        f"outlier completions with `collapse-doctor advantages`, or {GDPO_SWITCH}"
+                        f"outlier completions with `collapse-doctor advantages`, or {aggregation_remedy(ctx)}"
                     ),
-                    gdpo_resolves=bool(rest_gdpo > 2 * rest_grpo),
+                    gdpo_resolves=gdpo_counterfactual(ctx, bool(rest_gdpo > 2 * rest_grpo)),
                 )
             )
         bimodal = ctx.smooth(series[f"adv_bimodality_{alg}"])
@@ -115,8 +128,10 @@ class AdvantageShape(Detector):
                         f"{value_other:.2f}): one coarse signal decides most advantage signs."
                     ),
                     evidence={f"bimodality_{alg}": value, f"bimodality_{other}": value_other},
-                    remedy=f"see which channel dominates (CD402) and rebalance its weight, or {GDPO_SWITCH}",
-                    gdpo_resolves=bool(alg == "grpo" and value_other <= ctx.threshold(self.code, "bimodality")),
+                    remedy=(
+                        f"see which channel dominates (CD402) and rebalance its weight, or {aggregation_remedy(ctx)}"
+                    ),
+                    gdpo_resolves=gdpo_counterfactual(ctx, bool(value_other <= ctx.threshold(self.code, "bimodality"))),
                 )
             )
         kurt = ctx.smooth(series[f"adv_kurtosis_{alg}"])
@@ -147,7 +162,11 @@ class AdvantageBound(Detector):
         Compares the advantage column the trainer logged with what collapse-doctor recomputes from
         the logged rewards. With group size n, a group z-score satisfies |A| <= (n-1)/sqrt(n) (2.47
         for n = 8); the detector fires when a share of logged advantages exceeds that bound, or when
-        the logged values match none of GRPO (group, batch or no scaling) and GDPO.
+        the logged values match none of GRPO (group, batch or no scaling) and GDPO. The bound is
+        checked only where it holds: when the logged values match group-scaled GRPO, or match no
+        recomputation (unless the run is GDPO by --algo). GRPO with batch scaling and GDPO
+        re-normalise over the batch and exceed it by design. Rollouts with weight/<channel>
+        columns (gdpo-dynamic) are reported as using dynamic weights (info), not as a mismatch.
 
     Why it matters
         A logged advantage beyond the bound means the trainer did not use the group statistics it
@@ -173,16 +192,27 @@ class AdvantageBound(Detector):
         "beyond_share": 0.01,
         "beyond_share_critical": 0.1,
         "mismatch_mae": 0.05,
+        "match_mae": 0.01,
     }
 
     def detect(self, ctx: DetectionContext) -> list[Finding]:
+        from collapse_doctor.io.sources import dynamic_weight_channels
+
         series = ctx.series
         findings = []
-        beyond = ctx.smooth_rate(series["logged_beyond_bound_share"])
-        stretch = ctx.sustained(beyond > ctx.threshold(self.code, "beyond_share"))
         candidates = ("grpo", "grpo_batch", "grpo_none", "gdpo")
         maes = {c: nanmedian(series[f"logged_mae_{c}"]) for c in candidates}
         best = min(maes, key=lambda c: maes[c] if np.isfinite(maes[c]) else np.inf)
+        matched = best if maes[best] <= ctx.threshold(self.code, "match_mae") else None
+        dynamic = dynamic_weight_channels(ctx.run.sources) if matched is None else ()
+        claims_gdpo = ctx.run.algorithm_source == "--algo" and ctx.run.algorithm == "gdpo"
+        # The bound holds only for group-scaled GRPO: batch scaling and GDPO's batch re-normalisation exceed
+        # it by design. Logged values that match one of those are what the trainer claims to do.
+        check_bound = matched == "grpo" or (matched is None and not dynamic and not claims_gdpo)
+        stretch = None
+        if check_bound:
+            beyond = ctx.smooth_rate(series["logged_beyond_bound_share"])
+            stretch = ctx.sustained(beyond > ctx.threshold(self.code, "beyond_share"))
         if stretch is not None:
             window = ctx.window(stretch)
             level = nanmedian(series["logged_beyond_bound_share"][window])
@@ -217,7 +247,26 @@ class AdvantageBound(Detector):
             )
         best_series = np.nanmin(np.stack([series[f"logged_mae_{c}"] for c in candidates]), axis=0)
         stretch = ctx.sustained(ctx.smooth(best_series) > ctx.threshold(self.code, "mismatch_mae"))
-        if stretch is not None:
+        if stretch is not None and dynamic:
+            window = ctx.window(stretch)
+            findings.append(
+                self.finding(
+                    ctx,
+                    stretch,
+                    severity=Severity.INFO,
+                    title="logged advantages use dynamic channel weights",
+                    message=(
+                        f"the rollouts carry per-step weights (weight/ columns for {', '.join(dynamic)}, as "
+                        "collapse-doctor retrain --algo gdpo-dynamic writes them); the recomputations use fixed "
+                        f"weights, so they differ (closest: {best}, mean absolute difference "
+                        f"{nanmedian(best_series[window]):.3f}). This is expected, not a misconfiguration."
+                    ),
+                    evidence={"dynamic_weight_channels": list(dynamic), **{f"mae_{c}": maes[c] for c in candidates}},
+                    remedy="none needed; compare with fixed weights: collapse-doctor advantages RUN -o adv.parquet",
+                    gdpo_resolves=None,
+                )
+            )
+        elif stretch is not None:
             window = ctx.window(stretch)
             findings.append(
                 self.finding(

@@ -8,7 +8,7 @@ from typing import ClassVar
 import numpy as np
 
 from collapse_doctor.detectors.base import DetectionContext, Detector, Finding, Severity, register
-from collapse_doctor.detectors.remedies import GDPO_SWITCH, nanmedian
+from collapse_doctor.detectors.remedies import aggregation_remedy, gdpo_counterfactual, nanmedian
 
 
 @register
@@ -114,9 +114,9 @@ class RelGainDecay(Detector):
                     },
                     remedy=(
                         f"lower `{channel}`'s weight or drop it (e.g. --weights {channel}=0.1), make the check "
-                        f"harder, or {GDPO_SWITCH}"
+                        f"harder, or {aggregation_remedy(ctx)}"
                     ),
-                    gdpo_resolves=resolves,
+                    gdpo_resolves=gdpo_counterfactual(ctx, resolves),
                 )
             )
         return findings
@@ -184,8 +184,8 @@ class ZeroVarianceGroups(Detector):
                 remedy=(
                     "filter prompts that are all-pass or all-fail (dynamic sampling), raise num_generations "
                     "or the temperature, or add a graded reward"
-                    + (f"; channels cancel out in many groups: {GDPO_SWITCH}" if gdpo < 0.5 * grpo else "")
+                    + (f"; channels cancel out in many groups: {aggregation_remedy(ctx)}" if gdpo < 0.5 * grpo else "")
                 ),
-                gdpo_resolves=bool(gdpo < 0.5 * grpo),
+                gdpo_resolves=gdpo_counterfactual(ctx, bool(gdpo < 0.5 * grpo)),
             )
         ]

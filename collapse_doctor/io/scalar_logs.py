@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from collapse_doctor.errors import InputError
-from collapse_doctor.io.tensorboard import EventFileRead, ScalarLog, merge_reads
+from collapse_doctor.io.tensorboard import EventFileRead, ScalarLog, merge_reads, read_from
 
 
 def _number(value: Any) -> float | None:
@@ -96,12 +96,7 @@ def read_trainer_state(path: str | Path) -> ScalarLog:
 
 def _jsonl_lines(path: Path, start: int) -> tuple[list[tuple[int, str]], int]:
     """Complete lines from byte ``start`` on and the offset after the last one (a partial last line waits)."""
-    try:
-        with path.open("rb") as handle:
-            handle.seek(start)
-            data = handle.read()
-    except OSError as exc:
-        raise InputError(f"{path}: cannot read file ({exc.strerror or exc})") from exc
+    data = read_from(path, start)
     cut = data.rfind(b"\n") + 1
     lines = []
     offset = start

@@ -282,6 +282,30 @@ def open_rollouts(run: RunInputs, *, check_rewards_first: bool = True, **options
     return open_nemo_rl(run.rollout_files, **options)  # type: ignore[arg-type]
 
 
+DYNAMIC_WEIGHT_PREFIX = "weight/"
+"""Per-row channel weight columns, as ``collapse-doctor retrain --algo gdpo-dynamic`` writes them."""
+DYNAMIC_WEIGHTS_SOURCE = "dynamic channel weights"
+"""How a run summary's ``algorithm_source`` starts when the rollouts carry ``weight/<channel>`` columns."""
+
+
+def dynamic_weight_channels(files: Sequence[str | Path]) -> tuple[str, ...]:
+    """Channels with a ``weight/<channel>`` column in the first Parquet rollout file (dynamic weights).
+
+    Reads only the file's schema; files that are not Parquet, or cannot be read, give ``()``.
+    """
+    parquet = [Path(f) for f in files if Path(f).suffix.lower() in PARQUET_SUFFIXES]
+    if not parquet:
+        return ()
+    import pyarrow.parquet as pq
+
+    try:
+        names = pq.read_schema(parquet[0]).names
+    except (OSError, ValueError):
+        return ()
+    prefix = DYNAMIC_WEIGHT_PREFIX
+    return tuple(n[len(prefix) :] for n in names if n.startswith(prefix) and len(n) > len(prefix))
+
+
 def read_scalar_log(run: RunInputs, cache: ScalarCache | None = None) -> ScalarSeries | None:
     """The run's scalar log in canonical names (event files, else trainer_state.json, else verl file logs)."""
     from collapse_doctor.io.scalar_logs import read_trainer_state

@@ -32,6 +32,22 @@ PCT_ALL_PASS = "pct_all_pass"
 PASS_RATE = "dynamic_filtering_pass_rate"
 CHANNEL_MEAN = "channel_mean/"
 CHANNEL_STD = "channel_std/"
+CHANNEL_REL_GAIN = "channel_rel_gain/"
+"""Per-channel rel_gain (mean within-group max - min), as ``collapse-doctor retrain`` logs it."""
+CHANNEL_SIGNAL_SHARE = "channel_signal_share/"
+"""Per-channel share of the within-group advantage variance under the retrain's algorithm."""
+CHANNEL_WEIGHT = "channel_weight/"
+CHANNEL_ZERO_VAR_SHARE = "channel_zero_var_share/"
+"""Per-channel share of groups in which the channel is constant."""
+CHANNEL_PREFIXES = (
+    CHANNEL_MEAN,
+    CHANNEL_STD,
+    CHANNEL_REL_GAIN,
+    CHANNEL_SIGNAL_SHARE,
+    CHANNEL_WEIGHT,
+    CHANNEL_ZERO_VAR_SHARE,
+)
+"""Canonical per-channel series: ``<prefix><channel>``."""
 
 FRAMEWORKS = ("trl", "verl", "openrlhf", "nemo_rl")
 
@@ -126,11 +142,18 @@ TAG_MAPS: Mapping[str, tuple[TagRule, ...]] = {
 }
 
 MONITOR = "collapse_doctor"
-"""Tags that collapse-doctor's own training monitor (``retrain``) logs beside the trainer's; mapped in any run."""
+"""Tags that collapse-doctor's own training monitor (``retrain``) logs beside the trainer's; mapped in any run.
+
+A log with only these tags (``OUTPUT/tensorboard`` of a retrain) is recognised as framework ``collapse_doctor``.
+"""
 MONITOR_RULES = _rules(
     [
         (r"collapse_doctor/advantage_std", ADVANTAGE_STD),
         (r"collapse_doctor/zero_variance_share", ZERO_STD_SHARE),
+        (r"collapse_doctor/rel_gain/(?P<ch>[^/]+)", CHANNEL_REL_GAIN + "{ch}"),
+        (r"collapse_doctor/signal_share/(?P<ch>[^/]+)", CHANNEL_SIGNAL_SHARE + "{ch}"),
+        (r"collapse_doctor/weight/(?P<ch>[^/]+)", CHANNEL_WEIGHT + "{ch}"),
+        (r"collapse_doctor/zero_variance_share/(?P<ch>[^/]+)", CHANNEL_ZERO_VAR_SHARE + "{ch}"),
     ]
 )
 
@@ -165,8 +188,12 @@ def map_tags(tags: Iterable[str], framework: str) -> dict[str, str]:
 def detect_framework(tags: Iterable[str]) -> str | None:
     """The framework whose map explains the tags best (distinctive tags first), or ``None``.
 
+    collapse-doctor's own monitor tags count only when no trainer's map explains any tag.
+
     >>> detect_framework(["critic/score/mean", "actor/entropy"])
     'verl'
+    >>> detect_framework(["collapse_doctor/rel_gain/format", "collapse_doctor/advantage_std"])
+    'collapse_doctor'
     >>> detect_framework(["train/reward", "train/baseline_reward/pct_0"])
     'nemo_rl'
     >>> detect_framework(["accuracy"]) is None
@@ -183,4 +210,6 @@ def detect_framework(tags: Iterable[str]) -> str | None:
         score = (distinctive, mapped, -position)
         if best is None or score > best:
             best, choice = score, framework
+    if choice is None and map_tags(tags, MONITOR):
+        return MONITOR
     return choice

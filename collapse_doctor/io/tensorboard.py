@@ -156,17 +156,22 @@ def _tensor_scalar(tensor: object) -> float | None:
     return None
 
 
+def read_from(path: Path, start: int) -> bytes:
+    """The bytes of a file from offset ``start`` on: what an incremental reader has not seen yet."""
+    try:
+        with path.open("rb") as handle:
+            handle.seek(start)
+            return handle.read()
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read file ({exc.strerror or exc})") from exc
+
+
 def read_event_file(path: str | Path, *, start: int = 0) -> EventFileRead:
     """Read the scalars of one event file from byte ``start`` on (0: the whole file)."""
     from tensorboard.compat.proto.event_pb2 import Event
 
     path = Path(path)
-    try:
-        with path.open("rb") as handle:
-            handle.seek(start)
-            data = handle.read()
-    except OSError as exc:
-        raise InputError(f"{path}: cannot read file ({exc.strerror or exc})") from exc
+    data = read_from(path, start)
     starts, lengths, truncated, bad_tail = _walk(data)
     _check_crcs(data, starts, lengths, path, start)  # the first bad record, if the walk went astray before
     if bad_tail is not None:

@@ -3,10 +3,45 @@
 from __future__ import annotations
 
 import math
+import os
+from collections.abc import Sequence
+from pathlib import PurePath
 from xml.etree import ElementTree as ET
 
 from collapse_doctor.detectors import REGISTRY, Finding, Severity
 from collapse_doctor.diagnosis import VERDICTS, Diagnosis
+
+
+def describe_sources(sources: Sequence[str], shown: int = 3) -> str:
+    """The input files in one short phrase: up to ``shown`` paths, else their directory and the file count.
+
+    >>> describe_sources(["runs/a.parquet"])
+    'runs/a.parquet'
+    >>> describe_sources([f"out/rollouts/part-{i}.parquet" for i in range(12)])
+    'out/rollouts/ (12 files)'
+    >>> describe_sources([f"out/rollouts/p{i}.parquet" for i in range(4)] + ["out/runs/x/ev", "out/tb/ev"])
+    'out/ (6 files in rollouts/, runs/x/, tb/)'
+    """
+    if len(sources) <= shown:
+        return ", ".join(sources)
+    paths = [PurePath(s) for s in sources]
+    parents = list(dict.fromkeys(p.parent for p in paths))
+    if len(parents) == 1:
+        return f"{_dir(parents[0])} ({len(sources)} files)"
+    try:
+        common = PurePath(os.path.commonpath([str(p) for p in parents]))
+    except ValueError:  # absolute and relative paths mixed, or different drives
+        common = None
+    if common is None or str(common) in (".", common.anchor):
+        return ", ".join(sources[:shown]) + f" (+{len(sources) - shown} files)"
+    places = [_dir(p.relative_to(common)) if p != common else "./" for p in parents]
+    where = ", ".join(places) if len(places) <= shown else f"{len(places)} directories"
+    return f"{_dir(common)} ({len(sources)} files in {where})"
+
+
+def _dir(path: PurePath) -> str:
+    text = str(path)
+    return text if text.endswith(("/", "\\")) else text + "/"
 
 
 def _cases(diagnosis: Diagnosis) -> list[tuple[str, str, list[Finding]]]:
@@ -119,7 +154,7 @@ def markdown_summary(diagnosis: Diagnosis) -> str:
     out = [f"## {icon} collapse-doctor: {VERDICTS[diagnosis.verdict]}", ""]
     if run.rollouts == 0 and run.scalar_points:
         out += [
-            f"`{_md(', '.join(run.sources[:3]))}`: {run.steps:,} steps in the scalar log "
+            f"`{_md(describe_sources(run.sources))}`: {run.steps:,} steps in the scalar log "
             f"({run.scalar_points:,} points, {run.scalar_framework or 'unrecognised tags'}), no rollouts; "
             f"fail-on `{diagnosis.config.fail_on}`.",
             "",
@@ -133,7 +168,7 @@ def markdown_summary(diagnosis: Diagnosis) -> str:
         ]
         return _markdown_findings(diagnosis, out)
     out += [
-        f"`{_md(', '.join(run.sources[:3]))}`: {run.steps:,} steps, {run.rollouts:,} rollouts, "
+        f"`{_md(describe_sources(run.sources))}`: {run.steps:,} steps, {run.rollouts:,} rollouts, "
         f"group size {run.group_size_min}-{run.group_size_max}, algorithm {run.algorithm.upper()}; "
         f"fail-on `{diagnosis.config.fail_on}`.",
         "",

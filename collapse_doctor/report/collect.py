@@ -285,8 +285,9 @@ def _pick_groups(
 
     from collapse_doctor.advantages import compute_advantages
 
-    rewards = torch.from_numpy(batch.rewards)
-    group_index = torch.from_numpy(batch.group_index)
+    # Arrays read zero-copy from Arrow are read-only; torch wants to own what it wraps.
+    rewards = torch.from_numpy(np.require(batch.rewards, requirements="W"))
+    group_index = torch.from_numpy(np.require(batch.group_index, requirements="W"))
     weight_t = torch.tensor([weights[c] for c in channels], dtype=torch.float32)
     adv = compute_advantages(rewards, group_index, weights=weight_t)
     grpo, gdpo = adv.grpo.double().numpy(), adv.gdpo.double().numpy()

@@ -173,6 +173,11 @@ class StepFigures:
             "hoverinfo": "skip",
         }
 
+    def threshold_level(self, code: str, name: str, value_format: str = ".0%") -> dict[str, Any]:
+        """A detector's threshold from the run's config as a reference line, labelled ``CODE level VALUE``."""
+        value = float(self.diagnosis.config.threshold(code, name))
+        return self.level(value, f"{code} level {value:{value_format}}", "#b22222")
+
     # -- layout -------------------------------------------------------------------------------
     def layout(
         self,
@@ -480,24 +485,22 @@ def distribution_section(fig: StepFigures, extras: ReportExtras | None) -> Secti
             note=" ".join(filter(None, ["Green band: healthy std (0.3-1.5).", fig.note()])),
         )
     )
-    kurt = float(d.config.threshold("CD201", "excess_kurtosis"))
     section.charts.append(
         Chart(
             "chart-adv-kurtosis",
             "Excess kurtosis of the advantages",
-            [*_algo_lines(fig, "adv_kurtosis_{}"), fig.level(kurt, f"CD201 level {kurt:g}", "#b22222")],
+            [*_algo_lines(fig, "adv_kurtosis_{}"), fig.threshold_level("CD201", "excess_kurtosis", "g")],
             fig.layout("excess kurtosis (0 = normal)"),
             note=fig.note(),
         )
     )
-    share = float(d.config.threshold("CD201", "outlier_share"))
     section.charts.append(
         Chart(
             "chart-outliers",
             "Outlier-dominated groups",
             [
                 fig.line(s["outlier_group_share"], "outlier-dominated share of groups", "#8c564b"),
-                fig.level(share, f"CD201 level {share:.0%}", "#b22222"),
+                fig.threshold_level("CD201", "outlier_share"),
             ],
             fig.layout("share of groups", percent=True),
             note="A group whose most extreme total sits far (8 stds of the rest) from the others. " + fig.note(),
@@ -536,6 +539,15 @@ def _shares(counts: np.ndarray) -> list[float | None]:
     return numbers(counts / total) if total > 0 else [None] * len(counts)
 
 
+def _histogram_layout(hist: AdvantageHistograms) -> dict[str, Any]:
+    """Layout of an advantage histogram: bins over the histogram's range, y as a share of the rollouts."""
+    return base_layout(
+        xaxis={"title": {"text": "advantage"}, "range": [float(hist.edges[0]), float(hist.edges[-1])]},
+        yaxis={"title": {"text": "share of rollouts"}, "tickformat": ".0%"},
+        hovermode="x unified",
+    )
+
+
 def histogram_charts(diagnosis: Diagnosis, hist: AdvantageHistograms) -> list[Chart]:
     centers = numbers((hist.edges[:-1] + hist.edges[1:]) / 2)
     width = float(hist.edges[1] - hist.edges[0])
@@ -554,11 +566,7 @@ def histogram_charts(diagnosis: Diagnosis, hist: AdvantageHistograms) -> list[Ch
             }
             for k, (index, label) in enumerate(picks)
         ]
-        layout = base_layout(
-            xaxis={"title": {"text": "advantage"}, "range": [float(hist.edges[0]), float(hist.edges[-1])]},
-            yaxis={"title": {"text": "share of rollouts"}, "tickformat": ".0%"},
-            hovermode="x unified",
-        )
+        layout = _histogram_layout(hist)
         charts.append(
             Chart(
                 f"chart-hist-{algo}",
@@ -592,11 +600,7 @@ def histogram_charts(diagnosis: Diagnosis, hist: AdvantageHistograms) -> list[Ch
             "line": {"shape": "hvh", "color": ALGO_COLORS["gdpo"], "width": 2},
         },
     ]
-    layout = base_layout(
-        xaxis={"title": {"text": "advantage"}, "range": [float(hist.edges[0]), float(hist.edges[-1])]},
-        yaxis={"title": {"text": "share of rollouts"}, "tickformat": ".0%"},
-        hovermode="x unified",
-    )
+    layout = _histogram_layout(hist)
     charts.append(
         Chart(
             "chart-hist-step",
@@ -703,21 +707,19 @@ def logged_charts(fig: StepFigures, sample: LoggedSample | None) -> list[Chart]:
 
 def resolution_section(fig: StepFigures) -> Section:
     s = fig.series
-    d = fig.diagnosis
     section = Section(
         "ties",
         "Tied-sum resolution",
         "Different reward vectors with the same weighted sum get the same GRPO advantage: (1, 0) and (0, 1) "
         "cannot be told apart (CD301). GDPO keeps them apart when the channels' within-group spreads differ.",
     )
-    warn = float(d.config.threshold("CD301", "warn_share"))
     section.charts.append(
         Chart(
             "chart-tied",
             "Tied pairs: different reward vectors, equal sum",
             [
                 fig.line(s["tied_pair_share"], "tied share of differing pairs", "#9467bd"),
-                fig.level(warn, f"CD301 level {warn:.0%}", "#b22222"),
+                fig.threshold_level("CD301", "warn_share"),
             ],
             fig.layout("share of pairs", percent=True),
             note="Pairs of completions in one group whose reward vectors differ. " + fig.note(),

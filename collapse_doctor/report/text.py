@@ -13,6 +13,7 @@ from rich.text import Text
 
 from collapse_doctor.detectors import Finding, Severity
 from collapse_doctor.diagnosis import VERDICTS, Diagnosis
+from collapse_doctor.report.ci import describe_sources
 
 _VERDICT_STYLE = {"healthy": "bold green", "at_risk": "bold yellow", "collapsed": "bold red"}
 _SEVERITY_STYLE = {
@@ -81,9 +82,7 @@ def render_text(diagnosis: Diagnosis, file: IO[str] | None = None, *, color: boo
     head.append(VERDICTS[diagnosis.verdict], style=_VERDICT_STYLE[diagnosis.verdict])
     if run.name is not None:
         head.append(f"  run {run.name}:")
-    head.append(
-        f"  {', '.join(run.sources[:3])}" + (f" (+{len(run.sources) - 3} files)" if len(run.sources) > 3 else "")
-    )
+    head.append(f"  {describe_sources(run.sources)}")
     console.print(head)
     console.print(
         f"{summary}; fail-on {diagnosis.config.fail_on}: "
@@ -141,16 +140,27 @@ def _scalar_channels(console: Console, diagnosis: Diagnosis) -> None:
     if not rows:
         return
     table = _table()
-    for name in ("channel", "weight", "reward std peak -> now", "mean reward"):
+    monitor = any(row["rel_gain_peak"] is not None for row in rows)  # a collapse-doctor retrain log
+    names = ["channel", "weight", "reward std peak -> now", "mean reward"]
+    if monitor:
+        names[2:2] = ["rel_gain peak -> now", "constant groups"]
+    for name in names:
         table.add_column(name, justify="left" if name == "channel" else "right")
     for row in rows:
         peak_at = f" (step {row['reward_std_peak_step']})" if row["reward_std_peak_step"] is not None else ""
-        table.add_row(
+        cells = [
             row["channel"],
             f"{row['weight']:g}",
             f"{_num(row['reward_std_peak'])}{peak_at} -> {_num(row['reward_std_now'])}",
             _num(row["reward_mean"]),
-        )
+        ]
+        if monitor:
+            rel_at = f" (step {row['rel_gain_peak_step']})" if row["rel_gain_peak_step"] is not None else ""
+            cells[2:2] = [
+                f"{_num(row['rel_gain_peak'])}{rel_at} -> {_num(row['rel_gain_now'])}",
+                _pct(row["zero_variance_share"]),
+            ]
+        table.add_row(*cells)
     console.print(Text("Channels, from the scalar log (now = median of the last 10% of points)", style="bold"))
     console.print(table)
     console.print()
