@@ -34,6 +34,12 @@ app = typer.Typer(
 
 EXIT_OK, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
 
+RunPathsArgument = Annotated[
+    list[str],
+    typer.Argument(
+        help="Rollout files (Parquet, TRL completions, verl/NeMo-RL JSONL), log directories or globs of one run."
+    ),
+]
 DebugOption = Annotated[bool, typer.Option("--debug", help="Show the full traceback on errors.")]
 StepColOption = Annotated[str | None, typer.Option("--step-col", help="Column holding the training step.")]
 GroupColOption = Annotated[
@@ -188,7 +194,7 @@ def _root(
 
 @app.command()
 def advantages(
-    paths: Annotated[list[str], typer.Argument(help="Parquet file(s), directories or globs of one run.")],
+    paths: RunPathsArgument,
     output: Annotated[Path, typer.Option("-o", "--output", help="Output Parquet file.")],
     convention: Annotated[str, typer.Option("--convention", help="trl, verl or paper.")] = "trl",
     scale: Annotated[str, typer.Option("--scale", help="GRPO scaling: group, batch or none.")] = "group",
@@ -239,7 +245,7 @@ def _write_output(path: Path, text: str, inputs: list[Path]) -> None:
 
 @app.command()
 def scan(
-    paths: Annotated[list[str], typer.Argument(help="Parquet file(s), directories or globs of one run.")],
+    paths: RunPathsArgument,
     weights: WeightsOption = None,
     algo: AlgoOption = "auto",
     fail_on: FailOnOption = None,
@@ -336,7 +342,7 @@ def _html_collector(html_out: Path | None, paths: list[str]) -> Any:
 
 @app.command()
 def report(
-    paths: Annotated[list[str], typer.Argument(help="Rollout files, log directories or globs of one run.")],
+    paths: RunPathsArgument,
     html_out: Annotated[Path, typer.Option("--html", help="Write the self-contained HTML report to this file.")],
     weights: WeightsOption = None,
     algo: AlgoOption = "auto",

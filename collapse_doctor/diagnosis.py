@@ -186,6 +186,17 @@ def verdict_of(findings: Sequence[Finding]) -> str:
     return "healthy"
 
 
+def detect_algorithm(series: RunSeries, algo: str, rollout_files: Sequence[str | Path]) -> tuple[str, str]:
+    """(algorithm, how it was decided): ``--algo``, else the logged advantages, else dynamic-weight columns."""
+    from collapse_doctor.io.sources import DYNAMIC_WEIGHTS_SOURCE, dynamic_weight_channels
+
+    algorithm, source = _detect_algorithm(series, algo)
+    if algorithm == "unknown" and (dynamic := dynamic_weight_channels(rollout_files)):
+        # gdpo-dynamic (collapse-doctor retrain) logs per-step weights; the recomputation uses fixed ones.
+        algorithm, source = "gdpo", f"{DYNAMIC_WEIGHTS_SOURCE}: weight/ columns for {', '.join(dynamic)}"
+    return algorithm, source
+
+
 def _detect_algorithm(series: RunSeries, algo: str) -> tuple[str, str]:
     if algo != "auto":
         return algo, "--algo"
@@ -324,10 +335,8 @@ def diagnose(
     """
     from collapse_doctor.advantages import compute_advantages, resolve_device
     from collapse_doctor.io.sources import (
-        DYNAMIC_WEIGHTS_SOURCE,
         choose_run,
         discover_runs,
-        dynamic_weight_channels,
         open_rollouts,
         read_scalar_log,
     )
@@ -372,10 +381,7 @@ def diagnose(
                 on_progress(done, run.num_rows)
     series = builder.build()
 
-    algorithm, source = _detect_algorithm(series, algo)
-    if algorithm == "unknown" and rollouts is not None and (dynamic := dynamic_weight_channels(run.files)):
-        # gdpo-dynamic (collapse-doctor retrain) logs per-step weights; the recomputation uses fixed ones.
-        algorithm, source = "gdpo", f"{DYNAMIC_WEIGHTS_SOURCE}: weight/ columns for {', '.join(dynamic)}"
+    algorithm, source = detect_algorithm(series, algo, run.files if rollouts is not None else ())
     sizes = run.notes.group_sizes
     summary = RunSummary(
         sources=tuple(str(f) for f in run.files),

@@ -21,7 +21,7 @@ import numpy as np
 from collapse_doctor.diagnosis import (
     Diagnosis,
     RunSummary,
-    _detect_algorithm,
+    detect_algorithm,
     diagnose,
     diagnosis_from_series,
     resolve_config,
@@ -107,8 +107,9 @@ class IncrementalScan:
             only=options.get("only"),
             ignore=options.get("ignore"),
         )
-        algorithm, source = _detect_algorithm(series, options.get("algo", "auto"))
         runs = [d.run for d in diagnoses]
+        files = [s for r in runs for s in r.sources] if any(r.rollouts for r in runs) else []
+        algorithm, source = detect_algorithm(series, options.get("algo", "auto"), files)
         summary = RunSummary(
             sources=tuple(s for r in runs for s in r.sources),
             steps=series.num_steps,
