@@ -19,7 +19,7 @@ from collapse_doctor.detectors import REGISTRY, DetectionContext, Finding, Sever
 from collapse_doctor.detectors.base import select
 from collapse_doctor.errors import UsageError
 from collapse_doctor.memory import release_free_memory
-from collapse_doctor.series import RunSeries, SeriesBuilder
+from collapse_doctor.series import RunSeries, SeriesBuilder, channel_pairs
 
 if TYPE_CHECKING:
     from collapse_doctor.batching import StackedChunk
@@ -304,6 +304,48 @@ def diagnosis_from_series(
     )
 
 
+def reduce_rollouts(
+    run: Any,
+    device: str,
+    *,
+    collectors: Sequence[ChunkCollector] = (),
+    on_progress: Callable[[int, int], None] | None = None,
+) -> RunSeries:
+    """Stream a rollout reader's chunks through the advantage engine and the statistics: per-step series.
+
+    ``run`` is a :class:`ParquetRun` or anything with its ``channels``, ``weights``, ``num_rows`` and
+    ``iter_chunks()``; chunks are reduced on one thread per core (:class:`ChunkWorkers`).
+    """
+    from collapse_doctor.advantages import compute_advantages
+    from collapse_doctor.stats import ChunkInput, step_statistics
+    from collapse_doctor.workers import ChunkWorkers
+
+    channels = run.channels
+    builder = SeriesBuilder(channels, channel_pairs(channels))
+    done = trimmed_at = 0
+
+    def reduce_chunk(stacked: StackedChunk) -> tuple[StackedChunk, ChunkInput, dict[str, np.ndarray]]:
+        rewards, group_index, step_index, weight_t, logged = stacked.tensors(channels, run.weights, device)
+        adv = compute_advantages(rewards, group_index, weights=weight_t, step_index=step_index)
+        num = stacked.num_groups, len(stacked.steps)
+        chunk_input = ChunkInput(rewards, group_index, step_index, weight_t, adv, *num, logged)
+        return stacked, chunk_input, {k: v.cpu().numpy() for k, v in step_statistics(chunk_input).items()}
+
+    with ChunkWorkers(device) as workers:
+        for stacked, chunk_input, stats in workers.map(reduce_chunk, run.iter_chunks(SCAN_CHUNK_ROWS)):
+            for collect in collectors:
+                collect(stacked.steps, chunk_input)
+            builder.add(stacked.steps, stats)
+            del chunk_input, stats
+            done += len(stacked.rewards)
+            if done - trimmed_at >= TRIM_EVERY_ROWS:
+                release_free_memory()
+                trimmed_at = done
+            if on_progress is not None:
+                on_progress(done, run.num_rows)
+    return builder.build()
+
+
 def diagnose(
     paths: Sequence[str | Path],
     *,
@@ -333,53 +375,31 @@ def diagnose(
     when they hold several runs, ``run_name`` picks one (:func:`diagnose_runs` scans them all).
     ``scalar_cache`` lets a caller that scans a growing log again (``watch``) parse only what is new.
     """
-    from collapse_doctor.advantages import compute_advantages, resolve_device
-    from collapse_doctor.io.sources import (
-        choose_run,
-        discover_runs,
-        open_rollouts,
-        read_scalar_log,
-    )
+    from collapse_doctor.io.sources import choose_run, discover_runs, open_rollouts, read_scalar_log
     from collapse_doctor.scalar_run import ScalarOnlyRun, summary_extras
-    from collapse_doctor.stats import ChunkInput, channel_pairs, step_statistics
-    from collapse_doctor.workers import ChunkWorkers
 
     if algo not in ALGORITHMS:
         raise UsageError(f"--algo {algo!r} is not one of {', '.join(ALGORITHMS)}")
     started = time.perf_counter()
     inputs = choose_run(discover_runs(paths), run_name)
     config, codes = resolve_config(inputs.files, config, fail_on=fail_on, only=only, ignore=ignore)
-    dev = str(resolve_device(device))
 
     read_options = {"step_col": step_col, "group_col": group_col, "reward_cols": reward_cols}
     # Nothing is written before the end, so rewards are checked while streaming: one less read of them.
     rollouts = open_rollouts(inputs, check_rewards_first=False, group_size=group_size, weights=weights, **read_options)
     scalars = read_scalar_log(inputs, scalar_cache)
-    run: Any = rollouts if rollouts is not None else ScalarOnlyRun.build(inputs, scalars, weights)
+    run: Any
+    if rollouts is None:  # a scalar log only: nothing to recompute, and torch is not even imported
+        run = ScalarOnlyRun.build(inputs, scalars, weights)
+        dev = "cpu" if device == "auto" else device
+        series = SeriesBuilder(run.channels, channel_pairs(run.channels)).build()
+    else:
+        from collapse_doctor.advantages import resolve_device
+
+        run = rollouts
+        dev = str(resolve_device(device))
+        series = reduce_rollouts(run, dev, collectors=collectors, on_progress=on_progress)
     channels = run.channels
-    builder = SeriesBuilder(channels, channel_pairs(channels))
-    done = trimmed_at = 0
-
-    def reduce_chunk(stacked: StackedChunk) -> tuple[StackedChunk, ChunkInput, dict[str, np.ndarray]]:
-        rewards, group_index, step_index, weight_t, logged = stacked.tensors(channels, run.weights, dev)
-        adv = compute_advantages(rewards, group_index, weights=weight_t, step_index=step_index)
-        num = stacked.num_groups, len(stacked.steps)
-        chunk_input = ChunkInput(rewards, group_index, step_index, weight_t, adv, *num, logged)
-        return stacked, chunk_input, {k: v.cpu().numpy() for k, v in step_statistics(chunk_input).items()}
-
-    with ChunkWorkers(dev) as workers:
-        for stacked, chunk_input, stats in workers.map(reduce_chunk, run.iter_chunks(SCAN_CHUNK_ROWS)):
-            for collect in collectors:
-                collect(stacked.steps, chunk_input)
-            builder.add(stacked.steps, stats)
-            del chunk_input, stats
-            done += len(stacked.rewards)
-            if done - trimmed_at >= TRIM_EVERY_ROWS:
-                release_free_memory()
-                trimmed_at = done
-            if on_progress is not None:
-                on_progress(done, run.num_rows)
-    series = builder.build()
 
     algorithm, source = detect_algorithm(series, algo, run.files if rollouts is not None else ())
     sizes = run.notes.group_sizes

@@ -3,11 +3,21 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from itertools import combinations
 from typing import Any
 
 import numpy as np
 
 PAIR_SEPARATOR = "|"
+
+
+def channel_pairs(channels: tuple[str, ...] | list[str]) -> list[tuple[str, str]]:
+    """Channel pairs in the order the ``[S, P]`` statistics use (``itertools.combinations``).
+
+    >>> channel_pairs(["a", "b", "c"])
+    [('a', 'b'), ('a', 'c'), ('b', 'c')]
+    """
+    return list(combinations(channels, 2))
 
 
 @dataclass

@@ -45,15 +45,6 @@ class ChunkInput:
     logged: Tensor | None = None
 
 
-def channel_pairs(channels: tuple[str, ...] | list[str]) -> list[tuple[str, str]]:
-    """Channel pairs in the order the ``[S, P]`` statistics use.
-
-    >>> channel_pairs(["a", "b", "c"])
-    [('a', 'b'), ('a', 'c'), ('b', 'c')]
-    """
-    return list(combinations(channels, 2))
-
-
 def _sum(values: Tensor, index: Tensor, size: int) -> Tensor:
     """Segment sums in float64; 1-D scatter_add is the fastest CPU kernel, index_add_ handles [N, C]."""
     values = values.to(torch.float64)

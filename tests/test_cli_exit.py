@@ -32,3 +32,13 @@ def test_bad_input_exits_2_with_one_line(tmp_path: Path) -> None:
 def test_help_and_usage_errors_keep_click_exit_codes() -> None:
     assert _run("--help").returncode == 0
     assert _run("scan", "--fail-on", "bogus", str(SAMPLE)).returncode == 2
+
+
+def test_a_scalar_only_scan_does_not_import_torch() -> None:
+    log = Path(__file__).resolve().parents[1] / "sample_logs" / "trl-tensorboard"
+    code = (
+        "import sys\nfrom collapse_doctor import diagnose\n"
+        f"d = diagnose([{str(log)!r}])\nprint(d.run.scalar_points > 0, 'torch' in sys.modules)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.split() == ["True", "False"]
