@@ -394,11 +394,11 @@ def watch(
     interval: Annotated[float, typer.Option("--interval", min=0.0, help="Seconds between polls.")] = 30.0,
     fail_on: Annotated[
         str,
-        typer.Option("--fail-on", help="Exit 1 at the first finding at or above this level (default never)."),
+        typer.Option("--fail-on", help="Exit 1 at the first finding at or above: never, info, warning, critical."),
     ] = "never",
     run_name: RunOption = None,
     config: ConfigOption = None,
-    only: Annotated[str | None, typer.Option("--only", help="Run only these detector codes.")] = None,
+    only: Annotated[str | None, typer.Option("--only", help="Run only these detector codes (CD101,CD3...).")] = None,
     ignore: IgnoreOption = None,
     weights: WeightsOption = None,
     device: DeviceOption = "auto",
@@ -454,6 +454,9 @@ def explain(
             for known in sorted(REGISTRY):
                 detector = REGISTRY[known]
                 summary = detector.explain().splitlines()[0]
+                named = f" ({detector.name})."  # the name column already says it
+                if summary.endswith(named):
+                    summary = summary[: -len(named)] + "."
                 typer.echo(f"{known}  {detector.name:26s} {summary}")
             return
         key = code.strip().upper()
@@ -472,7 +475,7 @@ def explain(
 
 @app.command()
 def simulate(
-    scenario: Annotated[str, typer.Argument(help="Scenario name (see the list below).")],
+    scenario: Annotated[str, typer.Argument(help="Scenario name (listed above).")],
     output: Annotated[Path, typer.Option("-o", "--output", help="Output Parquet file.")],
     steps: Annotated[int, typer.Option("--steps", min=1, help="Training steps.")] = 400,
     groups: Annotated[int, typer.Option("--groups", min=1, help="Prompts (groups) per step.")] = 64,

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from collapse_doctor.config import check_fail_on
-from collapse_doctor.detectors.base import Finding, Severity
+from collapse_doctor.detectors.base import Finding, Severity, severity_counts
 from collapse_doctor.errors import InputError
 
 if TYPE_CHECKING:
@@ -43,10 +43,7 @@ class WatchState:
     """Per-step rollout files read so far (each once unless it changed)."""
 
     def summary(self) -> str:
-        counts: dict[str, int] = {}
-        for severity in self.reported.values():
-            counts[severity.label] = counts.get(severity.label, 0) + 1
-        found = ", ".join(f"{n} {label}" for label, n in sorted(counts.items())) or "no findings"
+        found = severity_counts(self.reported.values()) or "no findings"
         step = f", last step {self.last_step}" if self.last_step is not None else ""
         return f"watched {self.polls} poll(s), {self.scans} scan(s){step}: {found}"
 

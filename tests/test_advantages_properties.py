@@ -14,7 +14,8 @@ from collapse_doctor.advantages import compute_advantages, group_zscore_bound, g
 EPS = {"trl": 1e-4, "verl": 1e-6, "paper": 0.0}
 conventions = st.sampled_from(["trl", "verl", "paper"])
 scales = st.sampled_from(["group", "batch", "none"])
-SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# Derandomized: CI runs the same examples every time, and a failure reproduces exactly.
+SETTINGS = settings(max_examples=60, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 
 # Rewards on a quarter grid: weighted sums are exact in float32 and a group's std is either exactly 0 or at
 # least 0.25 / sqrt(n), so the properties are not drowned in rounding noise. Index 17 stands for NaN.
@@ -60,8 +61,22 @@ def test_permuting_rows_permutes_advantages(batch, convention, scale, data):
     base = advantages(rewards, group, step, weights, scale, convention)
     moved = advantages(rewards[perm], group[perm], step[perm], weights, scale, convention)
     close(moved.grpo, base.grpo[perm])
-    close(moved.gdpo, base.gdpo[perm])
+    close(moved.gdpo, base.gdpo[perm], atol=gdpo_tolerance(base.zscores, weights, step))
     close(moved.zscores, base.zscores[perm])
+
+
+def gdpo_tolerance(zscores: torch.Tensor, weights: torch.Tensor, step: torch.Tensor) -> float:
+    """1e-5, plus float32 rounding of the fused z-scores magnified by GDPO's batch normalisation.
+
+    Per-channel z-scores can cancel almost exactly (rewards [0, 0.25, 0] and [0, -0.75, 0] differ only
+    through the 1e-4 added to each std), and the batch z-score then divides ulp-level differences, which
+    depend on which row shifts the group, by a std of the same tiny order.
+    """
+    z = torch.nan_to_num(zscores).double()
+    fused = (z * weights.double()).sum(dim=1)
+    spread = min(float(fused[step == s].std()) if int((step == s).sum()) > 1 else 1.0 for s in step.unique().tolist())
+    rounding = 4 * 2.0**-23 * float(z.abs().max()) * float(weights.sum())
+    return 1e-5 + rounding / (spread + 1e-4)
 
 
 @SETTINGS
@@ -129,7 +144,7 @@ def test_group_zscores_are_affine_invariant(batch, convention, a, b):
     assert (np.abs(moved - base)[finite] <= tolerance[finite]).all(), (base, moved)
 
 
-@settings(max_examples=80, deadline=None)
+@settings(max_examples=80, deadline=None, derandomize=True)
 @given(
     sizes=st.lists(st.integers(1, 10), min_size=1, max_size=8),
     convention=conventions,

@@ -200,14 +200,15 @@ def scan_json(tmp_path: Path) -> Path:
         {
             "code": "CD401",
             "title": "`correct` and `judge` are collinear",
-            "remedy": "drop `judge`: it repeats `correct`, rho=0.97 (or merge them into one channel)",
+            "remedy": "drop `judge`: it repeats `correct`, rho=0.97 (collapse-doctor retrain --from-scan scan.json "
+            "drops it), or merge the two into one channel",
             "gdpo_resolves": False,
         },
         {
             "code": "CD101",
             "title": "`format` no longer ranks samples",
-            "remedy": "lower `format`'s weight or drop it (e.g. --weights format=0.1), make the check harder, "
-            "or switch to GDPO",
+            "remedy": "lower `format`'s weight (e.g. retrain --weights format=0.1) or drop it, make the check "
+            "harder, or switch to GDPO: collapse-doctor retrain --algo gdpo --from-scan scan.json",
             "gdpo_resolves": True,
         },
     ]
@@ -224,6 +225,20 @@ def test_from_scan_drops_and_reweights(tmp_path: Path) -> None:
     assert wants_gdpo
     assert changes[0].startswith("CD401: dropped channel `judge`")
     assert changes[1] == "CD101: weight of `format` 1 -> 0.1"
+
+
+def test_from_scan_reads_the_remedies_scan_writes() -> None:
+    """The golden scans' remedy texts are what --from-scan parses: a wording change must keep them applicable."""
+    golden = Path(__file__).parent / "golden" / "scan"
+    specs = parse_rewards(["correct=exact_match", "verifier=exact_match", "style=length_limit"])
+    rewards, _, changes, wants_gdpo = apply_scan(golden / "collinear.json", specs, {s.name: 1.0 for s in specs})
+    assert [r.name for r in rewards] == ["correct", "style"] and not wants_gdpo
+    assert changes[0].startswith("CD401: dropped channel `verifier`")
+    specs = parse_rewards(["format=format_tag", "correct=exact_match"])
+    _, weights, changes, wants_gdpo = apply_scan(golden / "saturating-format.json", specs, {s.name: 1.0 for s in specs})
+    assert wants_gdpo
+    assert changes == ["CD101: weight of `format` 1 -> 0.1", "CD402: weight of `format` 0.1 -> 0.44"]
+    assert weights == {"format": 0.44, "correct": 1.0}
 
 
 def test_from_scan_in_dry_run(tmp_path: Path) -> None:

@@ -12,7 +12,8 @@ from __future__ import annotations
 import enum
 import inspect
 import re
-from collections.abc import Mapping, Sequence
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -49,6 +50,19 @@ class Severity(enum.IntEnum):
 
             names = ", ".join(s.label for s in cls if s is not cls.ERROR)
             raise UsageError(f"{option} {text!r} is not one of {names}") from None
+
+
+def severity_counts(severities: Iterable[Severity]) -> str:
+    """Findings counted by severity, most severe first: ``"1 critical, 2 warnings, 1 info"`` ("" for none).
+
+    >>> severity_counts([Severity.WARNING, Severity.CRITICAL, Severity.WARNING])
+    '1 critical, 2 warnings'
+    """
+    counts = Counter(severities)
+    plural = {Severity.WARNING: "warnings", Severity.ERROR: "errors"}
+    return ", ".join(
+        f"{counts[s]} {plural.get(s, s.label) if counts[s] != 1 else s.label}" for s in sorted(counts, reverse=True)
+    )
 
 
 @dataclass(frozen=True)

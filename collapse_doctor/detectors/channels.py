@@ -15,7 +15,12 @@ from collapse_doctor.detectors.base import (
     persistent_onset,
     register,
 )
-from collapse_doctor.detectors.remedies import aggregation_remedy, gdpo_counterfactual, nanmedian
+from collapse_doctor.detectors.remedies import (
+    aggregation_remedy,
+    gdpo_counterfactual,
+    nanmedian,
+    share_pct,
+)
 
 
 def variance_inflation(corr: np.ndarray) -> np.ndarray:
@@ -51,7 +56,8 @@ class Collinearity(Detector):
 
     Remedy
         Drop one of the two channels (the one with the lower weight is named), or merge them into
-        one channel with the combined weight.
+        one channel with the combined weight. `collapse-doctor retrain --from-scan scan.json` drops
+        the named channel.
     """
 
     code = "CD401"
@@ -101,7 +107,10 @@ class Collinearity(Detector):
                     ),
                     channels=(a, b),
                     evidence=evidence,
-                    remedy=f"drop `{drop}`: it repeats `{keep}`, rho={median:.2f} (or merge them into one channel)",
+                    remedy=(
+                        f"drop `{drop}`: it repeats `{keep}`, rho={median:.2f} (collapse-doctor retrain --from-scan "
+                        "scan.json drops it), or merge the two into one channel"
+                    ),
                     gdpo_resolves=gdpo_counterfactual(ctx, False),
                 )
             )
@@ -142,7 +151,11 @@ class DominantChannel(Detector):
 
     Remedy
         Switch to GDPO (each channel normalised in its group first), or lower the dominant channel's
-        weight to the suggested value.
+        weight to the suggested value (`retrain --weights name=w`, or TRL's `reward_weights`).
+        `collapse-doctor retrain --algo gdpo --from-scan scan.json` (written by `scan RUN --json
+        scan.json`) trains GDPO with the weights the findings suggest; with your own TRL trainer set
+        `multi_objective_aggregation="normalize_then_sum"`. A run that already is GDPO is pointed to
+        `--algo gdpo-dynamic`.
     """
 
     code = "CD402"
@@ -187,6 +200,7 @@ class DominantChannel(Detector):
             )
             suggested = w.get(channel, 1.0) * spread_others / spread_self if spread_self > 0 else float("nan")
             names = ", ".join(f"`{d}`" for d in drowned) or "the other channels"
+            share_own, share_other = (share_gdpo, share_grpo) if alg == "gdpo" else (share_grpo, share_gdpo)
             findings.append(
                 self.finding(
                     ctx,
@@ -194,11 +208,11 @@ class DominantChannel(Detector):
                     severity=Severity.WARNING,
                     title=f"`{channel}` drowns {names}",
                     message=(
-                        f"`{channel}` holds {share_grpo:.0%} of the within-group variance of the combined reward "
-                        f"and decides {signs:.0%} of advantage signs while {names} still "
+                        f"`{channel}` holds {share_pct(share_own)} of the within-group variance of the combined "
+                        f"reward and decides {signs:.0%} of advantage signs while {names} still "
                         f"{'vary' if len(drowned) != 1 else 'varies'} "
-                        f"(steps {int(series.steps[stretch[0]])}-{int(series.steps[stretch[1]])}); under GDPO its "
-                        f"share would be {share_gdpo:.0%}."
+                        f"(steps {int(series.steps[stretch[0]])}-{int(series.steps[stretch[1]])}); under "
+                        f"{'GRPO' if alg == 'gdpo' else 'GDPO'} its share would be {share_pct(share_other)}."
                     ),
                     channels=(channel, *drowned),
                     evidence={
@@ -208,7 +222,10 @@ class DominantChannel(Detector):
                         "drowned_channels": drowned,
                         "suggested_weight": suggested,
                     },
-                    remedy=f"{aggregation_remedy(ctx)}, or lower the weight: --weights {channel}={suggested:.2g}",
+                    remedy=(
+                        f"{aggregation_remedy(ctx)}, or lower `{channel}`'s weight: retrain --weights "
+                        f"{channel}={suggested:.2g} (TRL: reward_weights)"
+                    ),
                     gdpo_resolves=gdpo_counterfactual(ctx, bool(share_gdpo <= share_limit)),
                 )
             )

@@ -10,8 +10,12 @@ import numpy as np
 if TYPE_CHECKING:
     from collapse_doctor.detectors.base import DetectionContext
 
-GDPO_SWITCH = 'switch to GDPO: GRPOConfig(multi_objective_aggregation="normalize_then_sum") in TRL'
-GDPO_DYNAMIC = "adapt the channel weights per step: collapse-doctor retrain --algo gdpo-dynamic"
+GDPO_SWITCH = (
+    "switch to GDPO: collapse-doctor retrain --algo gdpo --from-scan scan.json "
+    '(own TRL trainer: multi_objective_aggregation="normalize_then_sum")'
+)
+"""The aggregation remedy for a GRPO run: the retrain command (``scan.json`` is ``scan RUN --json scan.json``)."""
+GDPO_DYNAMIC = "adapt the channel weights per step: collapse-doctor retrain --algo gdpo-dynamic --from-scan scan.json"
 """The aggregation remedy for a run that already is GDPO (switching to GDPO would change nothing)."""
 
 
@@ -28,6 +32,21 @@ def aggregation_remedy(ctx: DetectionContext) -> str:
     if ctx.run.algorithm_source.startswith(DYNAMIC_WEIGHTS_SOURCE):
         return "grade the check and retrain: collapse-doctor retrain --algo gdpo-dynamic --reward NAME=module:function"
     return GDPO_DYNAMIC
+
+
+def share_pct(value: float) -> str:
+    """A variance share as a percentage for messages and tables, clipped to [0%, 100%].
+
+    Shares are covariance shares (``w_c * Cov(r_c, total) / Var(total)``): they sum to 1 over the channels, but
+    a channel that moves against the total has a slightly negative share and the others then a little over 1.
+    The exact values stay in the evidence and the JSON series.
+
+    >>> share_pct(1.013), share_pct(-0.03), share_pct(0.456)
+    ('100%', '0%', '46%')
+    """
+    if not np.isfinite(value):
+        return "-"
+    return f"{min(max(float(value), 0.0), 1.0):.0%}"
 
 
 def gdpo_counterfactual(ctx: DetectionContext, resolves: bool | None) -> bool | None:

@@ -31,6 +31,10 @@ class TiedSums(Detector):
     Remedy
         Switch to GDPO (each channel normalised in its group before the sum keeps the vectors
         apart), or give the channels distinct weights that reflect their priority.
+        `collapse-doctor retrain --algo gdpo --from-scan scan.json` (written by `scan RUN --json
+        scan.json`) trains GDPO with the weights the findings suggest; with your own TRL trainer set
+        `multi_objective_aggregation="normalize_then_sum"`. A run that already is GDPO is pointed to
+        `--algo gdpo-dynamic`.
     """
 
     code = "CD301"
@@ -72,7 +76,10 @@ class TiedSums(Detector):
                     "distinct_ratio_grpo": distinct_grpo,
                     "distinct_ratio_gdpo": distinct_gdpo,
                 },
-                remedy=f"{aggregation_remedy(ctx)}, or give the channels distinct weights (--weights a=1,b=0.5,...)",
+                remedy=(
+                    f"{aggregation_remedy(ctx)}, or give the channels distinct weights (e.g. retrain --weights "
+                    "a=1,b=0.5)"
+                ),
                 gdpo_resolves=gdpo_counterfactual(ctx, bool(resolves)),
             )
         ]

@@ -405,7 +405,7 @@ class ZeroStdShare(ScalarDetector):
 
 @register
 class ChannelStdSaturation(ScalarDetector):
-    """One reward channel's std falls to ~0 while the others still vary (saturation, from scalars alone).
+    """One reward channel's std falls to ~0 while the others still vary (scalar logs).
 
     What it detects
         Per channel, the logged std of its reward (TRL `rewards/<name>/std`, verl GDPO
@@ -526,8 +526,9 @@ class LoggedAdvantageBound(ScalarDetector):
 
     Remedy
         Check the group size (num_generations / rollout.n) and the advantage estimator's settings; with
-        batch scaling on purpose (TRL scale_rewards="batch"), raise `group_size` or ignore CD506; scan
-        the rollouts with `collapse-doctor scan` to compare against the recomputation (CD202).
+        batch scaling on purpose (TRL scale_rewards="batch"), raise `group_size` or ignore CD506
+        (`--ignore CD506`); scan the rollouts with `collapse-doctor scan` to compare against the
+        recomputation (CD202).
     """
 
     code = "CD506"
@@ -576,7 +577,7 @@ class LoggedAdvantageBound(ScalarDetector):
                     },
                     remedy=(
                         "check num_generations / rollout.n and the advantage settings; if the batch scaling is "
-                        "intended, set the CD506 group_size threshold or ignore CD506"
+                        "intended, rescan with --ignore CD506 (or raise [thresholds.CD506] group_size)"
                     ),
                 )
             )

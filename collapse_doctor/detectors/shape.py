@@ -99,8 +99,8 @@ class AdvantageShape(Detector):
                         "excess_kurtosis": nanmedian(series[f"adv_kurtosis_{alg}"][window]),
                     },
                     remedy=(
-                        "clip or squash the channel with extreme rewards (e.g. tanh or a cap), inspect the "
-                        f"outlier completions with `collapse-doctor advantages`, or {aggregation_remedy(ctx)}"
+                        "cap or squash (tanh) the channel with extreme rewards (find them: collapse-doctor advantages "
+                        f"RUN -o adv.parquet), or {aggregation_remedy(ctx)}"
                     ),
                     gdpo_resolves=gdpo_counterfactual(ctx, bool(rest_gdpo > 2 * rest_grpo)),
                 )
@@ -147,7 +147,10 @@ class AdvantageShape(Detector):
                     title="heavy-tailed advantages",
                     message=f"excess kurtosis of the advantages is {value:.1f}: a few completions carry the update.",
                     evidence={"excess_kurtosis": value},
-                    remedy="inspect the extreme completions and clip the channel that produces them",
+                    remedy=(
+                        "find the extreme completions (collapse-doctor advantages RUN -o adv.parquet) and clip or "
+                        "squash the channel that produces them"
+                    ),
                     gdpo_resolves=None,
                 )
             )
@@ -282,7 +285,8 @@ class AdvantageBound(Detector):
                     evidence={f"mae_{c}": maes[c] for c in candidates},
                     remedy=(
                         "check that the logged rewards and groups are the ones the advantages were computed "
-                        "from, and pass --weights with the trainer's reward_weights"
+                        "from; if the trainer weights its channels, rescan with its reward_weights: "
+                        "collapse-doctor scan RUN --weights name=w,..."
                     ),
                     gdpo_resolves=None,
                 )

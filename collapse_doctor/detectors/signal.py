@@ -8,7 +8,7 @@ from typing import ClassVar
 import numpy as np
 
 from collapse_doctor.detectors.base import DetectionContext, Detector, Finding, Severity, register
-from collapse_doctor.detectors.remedies import aggregation_remedy, gdpo_counterfactual, nanmedian
+from collapse_doctor.detectors.remedies import aggregation_remedy, gdpo_counterfactual, nanmedian, share_pct
 
 
 @register
@@ -38,6 +38,10 @@ class RelGainDecay(Detector):
         Lower the saturated channel's weight or drop it, make it harder (a stricter check), or switch
         to GDPO (per-channel normalisation), which keeps the other channels at full resolution in the
         groups where the saturated channel still fails.
+        `collapse-doctor retrain --algo gdpo --from-scan scan.json` (written by `scan RUN --json
+        scan.json`) trains GDPO with the weights the findings suggest; with your own TRL trainer set
+        `multi_objective_aggregation="normalize_then_sum"`. A run that already is GDPO is pointed to
+        `--algo gdpo-dynamic`.
     """
 
     code = "CD101"
@@ -92,8 +96,8 @@ class RelGainDecay(Detector):
             )
             if others:
                 message += (
-                    f" The other channels ({other_names}) carry {share_grpo:.0%} of the within-group variance "
-                    f"under GRPO, {share_gdpo:.0%} under GDPO."
+                    f" The other channels ({other_names}) carry {share_pct(share_grpo)} of the within-group "
+                    f"variance under GRPO, {share_pct(share_gdpo)} under GDPO."
                 )
             findings.append(
                 self.finding(
@@ -113,8 +117,8 @@ class RelGainDecay(Detector):
                         "other_channels_share_gdpo": share_gdpo,
                     },
                     remedy=(
-                        f"lower `{channel}`'s weight or drop it (e.g. --weights {channel}=0.1), make the check "
-                        f"harder, or {aggregation_remedy(ctx)}"
+                        f"lower `{channel}`'s weight (e.g. retrain --weights {channel}=0.1) or drop it, make the "
+                        f"check harder, or {aggregation_remedy(ctx)}"
                     ),
                     gdpo_resolves=gdpo_counterfactual(ctx, resolves),
                 )
@@ -172,7 +176,11 @@ class ZeroVarianceGroups(Detector):
                 severity=Severity.CRITICAL if level > critical else Severity.WARNING,
                 title="most groups give no gradient",
                 message=(
-                    f"{level:.0%} of groups have a constant combined reward (median over steps "
+                    f"{level:.0%} of groups have every channel constant (median over steps "
+                    f"{int(series.steps[start])}-{int(series.steps[end])}); their advantages are exactly 0. "
+                    f"Under GRPO {grpo:.0%} of groups would have a constant combined reward."
+                    if ctx.algorithm == "gdpo"
+                    else f"{level:.0%} of groups have a constant combined reward (median over steps "
                     f"{int(series.steps[start])}-{int(series.steps[end])}); their advantages are exactly 0. "
                     f"Under GDPO {gdpo:.0%} of groups would be silent."
                 ),

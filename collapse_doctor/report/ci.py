@@ -9,6 +9,7 @@ from pathlib import PurePath
 from xml.etree import ElementTree as ET
 
 from collapse_doctor.detectors import REGISTRY, Finding, Severity
+from collapse_doctor.detectors.remedies import share_pct
 from collapse_doctor.diagnosis import VERDICTS, Diagnosis
 
 
@@ -147,6 +148,11 @@ def _fmt(value: float | None) -> str:
     return f"{value:.2f}"
 
 
+def _share(value: float | None) -> str:
+    """A covariance variance share as a percentage, clipped to [0%, 100%] (the JSON keeps the exact value)."""
+    return "-" if value is None else share_pct(value)
+
+
 def markdown_summary(diagnosis: Diagnosis) -> str:
     """A Markdown summary for $GITHUB_STEP_SUMMARY or a pull-request comment."""
     run = diagnosis.run
@@ -167,19 +173,26 @@ def markdown_summary(diagnosis: Diagnosis) -> str:
             for row in diagnosis.channel_table()
         ]
         return _markdown_findings(diagnosis, out)
+    group_size = (
+        str(run.group_size_min)
+        if run.group_size_min == run.group_size_max
+        else f"{run.group_size_min}-{run.group_size_max}"
+    )
     out += [
         f"`{_md(describe_sources(run.sources))}`: {run.steps:,} steps, {run.rollouts:,} rollouts, "
-        f"group size {run.group_size_min}-{run.group_size_max}, algorithm {run.algorithm.upper()}; "
+        f"group size {group_size}, algorithm {run.algorithm.upper()}; "
         f"fail-on `{diagnosis.config.fail_on}`.",
         "",
         "| channel | weight | rel_gain peak -> now | variance share GRPO / GDPO | constant groups |",
         "|---|---:|---:|---:|---:|",
     ]
     for row in diagnosis.channel_table():
-        share = f"{_fmt(row['signal_share_grpo'])} / {_fmt(row['signal_share_gdpo'])}"
+        share = f"{_share(row['signal_share_grpo'])} / {_share(row['signal_share_gdpo'])}"
+        constant = row["zero_variance_share"]
+        constant_text = f"{constant:.0%}" if constant is not None and math.isfinite(constant) else "-"
         out.append(
             f"| {_md(row['channel'])} | {row['weight']:g} | {_fmt(row['rel_gain_peak'])} -> "
-            f"{_fmt(row['rel_gain_now'])} | {share} | {_fmt(row['zero_variance_share'])} |"
+            f"{_fmt(row['rel_gain_now'])} | {share} | {constant_text} |"
         )
     return _markdown_findings(diagnosis, out)
 

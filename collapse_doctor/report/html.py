@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from collapse_doctor.detectors.base import severity_counts
+from collapse_doctor.detectors.remedies import share_pct
 from collapse_doctor.report.collect import ExampleGroup, ReportCollector, ReportExtras
 from collapse_doctor.report.figures import Chart, Section, channel_color, esc, histogram_payload, sections
 
@@ -185,12 +187,14 @@ def _pct(value: Any) -> str:
     return f"{value:.0%}"
 
 
+def _share(value: Any) -> str:
+    """A covariance variance share, clipped to [0%, 100%] for display (the JSON keeps the exact value)."""
+    return "-" if value is None else share_pct(value)
+
+
 def _header(diagnosis: Diagnosis, verdict: str) -> str:
     failing = diagnosis.failing()
-    counts: dict[str, int] = {}
-    for f in diagnosis.findings:
-        counts[f.severity.label] = counts.get(f.severity.label, 0) + 1
-    summary = ", ".join(f"{n} {label}" for label, n in counts.items()) or "no findings"
+    summary = severity_counts(f.severity for f in diagnosis.findings) or "no findings"
     exit_text = f"{len(failing)} failing, exit 1" if failing else "nothing failing, exit 0"
     from collapse_doctor.report.ci import describe_sources
 
@@ -279,7 +283,7 @@ def _channel_table(diagnosis: Diagnosis) -> str:
         if rollouts:
             cells += [
                 f"{_fmt(row['rel_gain_peak'], 2)}{_at(row['rel_gain_peak_step'])} → {_fmt(row['rel_gain_now'], 2)}",
-                f"{_pct(row['signal_share_grpo'])} / {_pct(row['signal_share_gdpo'])}",
+                f"{_share(row['signal_share_grpo'])} / {_share(row['signal_share_gdpo'])}",
                 _pct(row["zero_variance_share"]),
                 _fmt(row["reward_mean"], 3),
             ]

@@ -12,6 +12,8 @@ from rich.table import Table
 from rich.text import Text
 
 from collapse_doctor.detectors import Finding, Severity
+from collapse_doctor.detectors.base import severity_counts
+from collapse_doctor.detectors.remedies import share_pct
 from collapse_doctor.diagnosis import VERDICTS, Diagnosis
 from collapse_doctor.report.ci import describe_sources
 
@@ -39,6 +41,11 @@ def _pct(value: Any) -> str:
     return f"{value:.0%}"
 
 
+def _share(value: Any) -> str:
+    """A covariance variance share, clipped to [0%, 100%] for display (see ``share_pct``)."""
+    return "-" if value is None else share_pct(value)
+
+
 def _evidence(finding: Finding) -> str:
     parts = []
     for key, value in finding.evidence.items():
@@ -56,7 +63,13 @@ def _evidence(finding: Finding) -> str:
 
 def _indented(console: Console, text: str, style: str = "") -> Text:
     """Wrap under a 6-space indent ourselves: rich's wrapping pads lines with trailing spaces."""
-    lines = textwrap.wrap(text, width=max(40, console.width - 1), initial_indent=" " * 6, subsequent_indent=" " * 6)
+    lines = textwrap.wrap(
+        text,
+        width=max(40, console.width - 1),
+        initial_indent=" " * 6,
+        subsequent_indent=" " * 6,
+        break_on_hyphens=False,  # keep `collapse-doctor`, `per-group`, `--weights` whole
+    )
     return Text("\n".join(lines), style=style)
 
 
@@ -75,8 +88,7 @@ def render_text(diagnosis: Diagnosis, file: IO[str] | None = None, *, color: boo
     )
     run = diagnosis.run
     failing = diagnosis.failing()
-    counts = {s: sum(1 for f in diagnosis.findings if f.severity == s) for s in Severity}
-    summary = ", ".join(f"{n} {s.label}" for s, n in sorted(counts.items(), reverse=True) if n) or "no findings"
+    summary = severity_counts(f.severity for f in diagnosis.findings) or "no findings"
 
     head = Text()
     head.append(VERDICTS[diagnosis.verdict], style=_VERDICT_STYLE[diagnosis.verdict])
@@ -183,7 +195,7 @@ def _rollout_channels(console: Console, diagnosis: Diagnosis) -> None:
             row["channel"],
             f"{row['weight']:g}",
             f"{_num(row['rel_gain_peak'])}{peak_at} -> {_num(row['rel_gain_now'])}",
-            f"{_pct(row['signal_share_grpo'])} / {_pct(row['signal_share_gdpo'])}",
+            f"{_share(row['signal_share_grpo'])} / {_share(row['signal_share_gdpo'])}",
             _pct(row["zero_variance_share"]),
             _num(row["reward_mean"]),
         )
