@@ -114,17 +114,26 @@ class Diagnosis:
         return 1 if self.failing(fail_on) else 0
 
     def channel_table(self) -> list[dict[str, Any]]:
-        """Per channel: weight, rel_gain early peak -> now, variance share, constant-group share."""
+        """Per channel: weight, rel_gain peak -> now, variance share, constant-group share.
+
+        The peak is taken on rel_gain smoothed the way the detectors smooth it (a rolling median over
+        half the persistence window), so it matches CD101's message; "now" is the median of the last
+        10% of steps.
+        """
         series = self.series
         if "rel_gain" not in series:
             from collapse_doctor.scalar_run import scalar_channel_table
 
             return scalar_channel_table(self)
+        from collapse_doctor.series import rolling
+
         rows = []
         n = series.num_steps
         tail = slice(max(0, n - max(1, n // 10)), n)
+        smoothing = max(1, self.config.persistence_steps(n) // 2) | 1  # as the detectors see it (CD101)
         for k, channel in enumerate(series.channels):
-            rel = series["rel_gain"][:, k]
+            raw = series["rel_gain"][:, k]
+            rel = rolling(raw, smoothing)
             finite = np.isfinite(rel)
             peak = float(np.nanmax(rel)) if finite.any() else float("nan")
             peak_step = int(series.steps[int(np.nanargmax(np.where(finite, rel, -np.inf)))]) if finite.any() else None
@@ -134,7 +143,7 @@ class Diagnosis:
                     "weight": self.run.weights.get(channel, 1.0),
                     "rel_gain_peak": peak,
                     "rel_gain_peak_step": peak_step,
-                    "rel_gain_now": _median(rel[tail]),
+                    "rel_gain_now": _median(raw[tail]),
                     "signal_share_grpo": _median(series["signal_share_grpo"][tail, k]),
                     "signal_share_gdpo": _median(series["signal_share_gdpo"][tail, k]),
                     "zero_variance_share": _median(series["channel_zero_var_share"][tail, k]),
