@@ -16,6 +16,7 @@ from collapse_doctor.detectors.base import (
     register,
 )
 from collapse_doctor.detectors.remedies import (
+    FROM_SCAN,
     aggregation_remedy,
     gdpo_counterfactual,
     nanmedian,
@@ -108,8 +109,8 @@ class Collinearity(Detector):
                     channels=(a, b),
                     evidence=evidence,
                     remedy=(
-                        f"drop `{drop}`: it repeats `{keep}`, rho={median:.2f} (collapse-doctor retrain --from-scan "
-                        "scan.json drops it), or merge the two into one channel"
+                        f"drop `{drop}`: it repeats `{keep}`, rho={median:.2f} (collapse-doctor retrain {FROM_SCAN} "
+                        "drops it), or merge the two into one channel"
                     ),
                     gdpo_resolves=gdpo_counterfactual(ctx, False),
                 )

@@ -10,12 +10,14 @@ import numpy as np
 if TYPE_CHECKING:
     from collapse_doctor.detectors.base import DetectionContext
 
+FROM_SCAN = "--from-scan scan.json"
+"""How remedies hand a scan to ``retrain`` (``scan.json`` is written by ``scan RUN --json scan.json``)."""
 GDPO_SWITCH = (
-    "switch to GDPO: collapse-doctor retrain --algo gdpo --from-scan scan.json "
+    f"switch to GDPO: collapse-doctor retrain --algo gdpo {FROM_SCAN} "
     '(own TRL trainer: multi_objective_aggregation="normalize_then_sum")'
 )
-"""The aggregation remedy for a GRPO run: the retrain command (``scan.json`` is ``scan RUN --json scan.json``)."""
-GDPO_DYNAMIC = "adapt the channel weights per step: collapse-doctor retrain --algo gdpo-dynamic --from-scan scan.json"
+"""The aggregation remedy for a GRPO run: the retrain command, and the TRL setting for one's own trainer."""
+GDPO_DYNAMIC = f"adapt the channel weights per step: collapse-doctor retrain --algo gdpo-dynamic {FROM_SCAN}"
 """The aggregation remedy for a run that already is GDPO (switching to GDPO would change nothing)."""
 
 

@@ -205,6 +205,8 @@ def _rollout_channels(console: Console, diagnosis: Diagnosis) -> None:
 
 
 def _findings(console: Console, diagnosis: Diagnosis) -> None:
+    from collapse_doctor.detectors.remedies import FROM_SCAN
+
     console.print(Text(f"Findings ({len(diagnosis.findings)})", style="bold"))
     if not diagnosis.findings:
         console.print("  none: no detector found a sustained problem")
@@ -228,6 +230,11 @@ def _findings(console: Console, diagnosis: Diagnosis) -> None:
             console.print(_indented(console, f"remedy: {finding.remedy}", style="green"))
         if finding.gdpo_resolves is not None:
             console.print(_indented(console, f"GDPO would resolve it: {'yes' if finding.gdpo_resolves else 'no'}"))
+    if any(FROM_SCAN in (f.remedy or "") for f in diagnosis.findings):
+        console.print(
+            _indented(console, f"(`{FROM_SCAN}` reads this scan's JSON: add `--json scan.json` to this scan)"),
+            style="dim",
+        )
     by_reason: dict[str, list[str]] = {}
     for code, reason in diagnosis.skipped.items():
         by_reason.setdefault(reason, []).append(code)
