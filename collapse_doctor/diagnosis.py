@@ -17,7 +17,7 @@ import numpy as np
 from collapse_doctor.config import Config, check_fail_on, load_config
 from collapse_doctor.detectors import REGISTRY, DetectionContext, Finding, Severity
 from collapse_doctor.detectors.base import select
-from collapse_doctor.errors import UsageError
+from collapse_doctor.errors import InputError, UsageError
 from collapse_doctor.memory import release_free_memory
 from collapse_doctor.series import RunSeries, SeriesBuilder, channel_pairs
 
@@ -373,6 +373,7 @@ def diagnose(
     collectors: Sequence[ChunkCollector] = (),
     run_name: str | None = None,
     scalar_cache: ScalarCache | None = None,
+    allow_empty: bool = False,
 ) -> Diagnosis:
     """Scan a run: ingest, recompute GRPO/GDPO advantages, reduce per step, run detectors.
 
@@ -383,6 +384,8 @@ def diagnose(
     Inputs may be rollout tables, framework layouts or scalar logs (see :mod:`collapse_doctor.io.sources`);
     when they hold several runs, ``run_name`` picks one (:func:`diagnose_runs` scans them all).
     ``scalar_cache`` lets a caller that scans a growing log again (``watch``) parse only what is new.
+    A run with only a scalar log that holds no points is an :class:`InputError`, unless ``allow_empty``
+    (one of several runs scanned together: it is reported with a warning, and the others are scanned).
     """
     from collapse_doctor.io.sources import choose_run, discover_runs, open_rollouts, read_scalar_log
     from collapse_doctor.scalar_run import ScalarOnlyRun, summary_extras
@@ -399,6 +402,13 @@ def diagnose(
     scalars = read_scalar_log(inputs, scalar_cache)
     run: Any
     if rollouts is None:  # a scalar log only: nothing to recompute, and torch is not even imported
+        if not allow_empty and (scalars is None or not scalars.points):
+            files = inputs.scalar_files()
+            where = str(files[0]) if len(files) == 1 else f"{inputs.name} ({len(files)} scalar log files)"
+            raise InputError(
+                f"{where}: the scalar log holds no scalar points, so there is nothing to diagnose",
+                hint="the trainer has not logged a step yet (watch waits for one), or point at the run's rollouts",
+            )
         run = ScalarOnlyRun.build(inputs, scalars, weights)
         dev = "cpu" if device == "auto" else device
         series = SeriesBuilder(run.channels, channel_pairs(run.channels)).build()
@@ -443,4 +453,4 @@ def diagnose_runs(paths: Sequence[str | Path], *, run_name: str | None = None, *
         return [diagnose(paths, run_name=choose_run(runs, run_name).name, **options)]
     if len(runs) == 1:
         return [diagnose(paths, **options)]
-    return [diagnose(paths, run_name=run.name, **options) for run in runs]
+    return [diagnose(paths, run_name=run.name, allow_empty=True, **options) for run in runs]

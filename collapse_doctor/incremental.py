@@ -80,7 +80,11 @@ class IncrementalScan:
             merged = self._per_step(run, named, options) if run.rollout_kind in PER_STEP_KINDS else None
             if merged is None:
                 merged = diagnose(
-                    paths, run_name=run.name if named else None, scalar_cache=self.scalar_cache, **options
+                    paths,
+                    run_name=run.name if named else None,
+                    scalar_cache=self.scalar_cache,
+                    allow_empty=len(chosen) > 1,
+                    **options,
                 )
             out.append(merged)
         return out

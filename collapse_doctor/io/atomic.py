@@ -20,9 +20,7 @@ def check_not_an_input(output: Path, inputs: Sequence[Path]) -> None:
             with contextlib.suppress(OSError):
                 same = os.path.samefile(output, source)
         if same:
-            raise OutputError(
-                f"{output}: refusing to overwrite an input file", hint="choose another output path with -o"
-            )
+            raise OutputError(f"{output}: refusing to overwrite an input file", hint="choose another output path")
 
 
 @contextlib.contextmanager
@@ -42,7 +40,9 @@ def atomic_path(output: str | Path, *, inputs: Sequence[Path] = ()) -> Iterator[
     if not directory.is_dir():
         raise OutputError(f"{output}: directory {str(directory)!r} does not exist", hint="create it first")
     if output.is_dir():
-        raise OutputError(f"{output}: is a directory", hint="pass a file path with -o")
+        raise OutputError(
+            f"{output}: is a directory", hint="pass a file path (a new or existing file), not a directory"
+        )
     try:
         fd, name = tempfile.mkstemp(prefix=f".{output.name}.", suffix=".tmp", dir=directory)
     except OSError as exc:

@@ -25,6 +25,8 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
         except ValueError as exc:
             raise InputError(f"{path}: line {number} is not JSON ({exc})", hint="pass JSON Lines files") from exc
         if not isinstance(obj, dict):
-            raise InputError(f"{path}: line {number} is not a JSON object")
+            raise InputError(
+                f"{path}: line {number} is not a JSON object", hint="pass JSON Lines files: one object per line"
+            )
         rows.append(obj)
     return rows

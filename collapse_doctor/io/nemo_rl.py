@@ -64,12 +64,24 @@ def open_nemo_rl(
                     f"{path}: line {number} has no 'rewards' key; found keys: {sorted(row)}",
                     hint="pass NeMo-RL train_data_step<N>.jsonl files",
                 )
+            if group_size is None and "content" not in row:
+                raise SchemaError(
+                    f"{path}: line {number} has no 'content' key, so groups cannot be rebuilt from the prompt; "
+                    f"found keys: {sorted(row)}",
+                    hint="pass --group-size N if the samples of one prompt are consecutive",
+                )
             prompt, completion = _prompt_and_completion(row.get("content"))
             reward = row["rewards"]
             steps.append(step)
             prompts.append(prompt)
             completions.append(completion)
-            rewards.append(float(reward[0] if isinstance(reward, list) else reward))
+            try:
+                rewards.append(float(reward[0] if isinstance(reward, list) else reward))
+            except (TypeError, ValueError, IndexError) as exc:
+                raise SchemaError(
+                    f"{path}: line {number}: 'rewards' is not a number: {' '.join(repr(reward).split())[:80]}",
+                    hint="NeMo-RL logs the total reward of each sample as a number (or a one-element list)",
+                ) from exc
             advantages.append(_advantage(row.get("advantages"), row.get("token_loss_mask")))
     columns: dict[str, Any] = {
         "step": pa.array(steps, pa.int64()),

@@ -117,14 +117,24 @@ def read_verl_file_log(path: str | Path, *, start: int = 0) -> EventFileRead:
         try:
             obj = json.loads(line)
         except ValueError as exc:
-            raise InputError(f"{path}: line at byte {offset} is not JSON ({exc})") from exc
+            raise InputError(
+                f"{path}: line at byte {offset} is not JSON ({exc})",
+                hint="pass verl's file-logger JSONL, one JSON object per line",
+            ) from exc
         if not isinstance(obj, dict) or not isinstance(obj.get("data"), dict) or "step" not in obj:
             raise InputError(
                 f"{path}: line at byte {offset} is not a verl file-logger record (expected keys 'step' and 'data')",
                 hint="pass verl's file-logger JSONL, or rollout dumps as <rollout_data_dir>/<step>.jsonl",
             )
+        try:
+            number = int(obj["step"])
+        except (TypeError, ValueError) as exc:
+            raise InputError(
+                f"{path}: line at byte {offset}: 'step' is not an integer: {obj['step']!r}",
+                hint="verl's file logger writes the training step as an integer",
+            ) from exc
         data = {str(k): n for k, v in obj["data"].items() if (n := _number(v)) is not None}
-        records.append((int(obj["step"]), data))
+        records.append((number, data))
     read = records_to_read(path, records, end=end)
     read.start = start
     return read

@@ -19,7 +19,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from collapse_doctor.errors import SchemaError
+from collapse_doctor.errors import InputError, SchemaError
 from collapse_doctor.io.parquet import open_parquet
 from collapse_doctor.io.table_run import TableRun, consecutive_groups
 from collapse_doctor.schema import channel_column
@@ -49,7 +49,13 @@ def open_trl_completions(
     """Read TRL completions tables into one canonical run."""
     tables = []
     for path in sorted(files, key=lambda p: (int(m.group(1)) if (m := _STEP_IN_NAME.fullmatch(p.name)) else -1, p)):
-        table = open_parquet(path).read()
+        try:
+            table = open_parquet(path).read()
+        except (pa.ArrowException, OSError) as exc:
+            raise InputError(
+                f"{path}: cannot read data ({' '.join(str(exc).split())[:200]})",
+                hint="the file may be truncated or corrupt; if TRL is still writing it, wait for it to be closed",
+            ) from exc
         if "step" not in table.column_names:
             found = _STEP_IN_NAME.fullmatch(path.name)
             step = int(found.group(1)) if found else 0
@@ -77,7 +83,15 @@ def open_trl_completions(
             f"{label}: no reward column in the TRL completions tables; found columns: {table.column_names}",
             hint="pass --reward-cols with the reward function names",
         )
-    columns: dict[str, pa.Array | pa.ChunkedArray] = {"step": pc.cast(table.column("step"), pa.int64())}
+    try:
+        step_column = pc.cast(table.column("step"), pa.int64())
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+        raise SchemaError(
+            f"{label}: step column 'step' holds values that are not whole numbers ({' '.join(str(exc).split())[:160]})",
+            hint="TRL writes the step as a number (or a numeric string); fix the column, or remove it to take the "
+            "step from the file name completions_<step>.parquet",
+        ) from exc
+    columns: dict[str, pa.Array | pa.ChunkedArray] = {"step": step_column}
     prompts = _text(table.column("prompt")) if "prompt" in table.column_names else None
     if prompts is not None and group_size is None:
         steps = columns["step"].to_numpy()
@@ -87,7 +101,13 @@ def open_trl_completions(
             ids[rows] = consecutive_groups([prompts[i] for i in rows])
         columns["group_id"] = pa.array(ids)
     for name in rewards:
-        columns[channel_column(name)] = pc.cast(table.column(name), pa.float64())
+        try:
+            columns[channel_column(name)] = pc.cast(table.column(name), pa.float64())
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+            raise SchemaError(
+                f"{label}: reward column {name!r} has type {table.schema.field(name).type}, expected numbers",
+                hint="pass --reward-cols with the numeric reward columns",
+            ) from exc
     if prompts is not None:
         columns["prompt"] = pa.array(prompts)
     if "completion" in table.column_names:

@@ -59,9 +59,31 @@ def open_verl_rollouts(
             f"{label}: reward key(s) {missing} not found in the verl rollout dumps; found keys: {keys}",
             hint="pass --reward-cols with keys of the dumped records",
         )
-    columns: dict[str, Any] = {"step": pa.array([int(r["step"]) for r in rows], pa.int64())}
+    steps = []
+    for row in rows:
+        try:
+            steps.append(int(row["step"]))
+        except (TypeError, ValueError) as exc:
+            raise SchemaError(
+                f"{label}: key 'step' holds a value that is not an integer: {row['step']!r}",
+                hint="verl writes the training step as an integer; fix the records, or remove 'step' to take it "
+                "from the file name <step>.jsonl",
+            ) from exc
+    if group_size is None and "input" not in keys:
+        raise SchemaError(
+            f"{label}: no 'input' key in the verl rollout dumps, so groups cannot be rebuilt; found keys: {keys}",
+            hint="pass --group-size N if the responses of one prompt are consecutive",
+        )
+    columns: dict[str, Any] = {"step": pa.array(steps, pa.int64())}
     for name in channels:
-        columns[channel_column(name)] = pa.array([r.get(name) for r in rows], pa.float64())
+        try:
+            columns[channel_column(name)] = pa.array([r.get(name) for r in rows], pa.float64())
+        except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+            bad = next((r.get(name) for r in rows if not _is_number(r.get(name))), None)
+            raise SchemaError(
+                f"{label}: reward key {name!r} holds a value that is not a number: {bad!r}",
+                hint="pass --reward-cols with numeric keys of the dumped records",
+            ) from exc
     columns["prompt"] = pa.array([str(r.get("input", "")) for r in rows])
     columns["completion"] = pa.array([str(r.get("output", "")) for r in rows])
     return TableRun(pa.table(columns), label=label, sources=files, group_size=group_size, weights=weights)

@@ -137,6 +137,8 @@ class RetrainPlan:
         return lines
 
 
+_HUB_ID = re.compile(r"(?!.*(?:--|\.\.))\w[\w.-]*(?:/\w[\w.-]*)?")
+"""What a Hugging Face hub id looks like (``name`` or ``org/name``); anything else must be a local path."""
 _DROP = re.compile(r"drop `([^`]+)`")
 _WEIGHT = re.compile(r"--weights ([A-Za-z_][\w.-]*)=([0-9.eE+-]+)")
 
@@ -149,13 +151,16 @@ def apply_scan(
     Returns the rewards, the weights, what changed (one line each), and whether a finding recommends GDPO.
     """
     path = Path(path)
+    hint = "write one with collapse-doctor scan RUN --json"
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-        findings = data["findings"]
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise InputError(
-            f"{path}: not a scan result ({type(exc).__name__})", hint="write one with collapse-doctor scan RUN --json"
-        ) from exc
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read the scan result ({exc.strerror or exc})", hint=hint) from exc
+    except ValueError as exc:
+        raise InputError(f"{path}: not a scan result: not valid JSON ({exc})", hint=hint) from exc
+    findings = data.get("findings") if isinstance(data, dict) else None
+    if not isinstance(findings, list) or not all(isinstance(f, dict) for f in findings):
+        raise InputError(f"{path}: not a scan result: no 'findings' list of objects", hint=hint)
     names = {r.name for r in rewards}
     changes: list[str] = []
     wants_gdpo = False
@@ -206,6 +211,11 @@ def build_plan(options: RetrainOptions) -> RetrainPlan:
             raise UsageError("--dataset is required", hint="pass a JSONL or Parquet file with a 'prompt' column")
         specs = list(parse_rewards(options.rewards))
         model_path = Path(options.model)
+        if not model_path.exists() and not _HUB_ID.fullmatch(str(options.model)):
+            raise UsageError(
+                f"--model {options.model}: no such model directory (and not a hub id such as org/name)",
+                hint="pass a local model directory or a hub id",
+            )
         if model_path.exists() and _inside(options.output_dir, model_path):
             raise UsageError(
                 f"--output-dir {options.output_dir} is inside the input model's directory {options.model}",

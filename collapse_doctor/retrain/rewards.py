@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import inspect
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -123,7 +124,15 @@ def _import_function(target: str, spec: str) -> RewardFunction:
         ) from exc
     function = getattr(module, attr, None)
     if function is None or not callable(function):
-        raise UsageError(f"--reward {spec!r}: module {module_name!r} has no function {attr!r}")
+        functions = sorted(
+            n
+            for n, v in vars(module).items()
+            if inspect.isfunction(v) and v.__module__ == module.__name__ and not n.startswith("_")
+        )[:8]
+        raise UsageError(
+            f"--reward {spec!r}: module {module_name!r} has no function {attr!r}",
+            hint=f"its functions: {', '.join(functions) or 'none'}; or a built-in: {', '.join(BUILTINS)}",
+        )
     return function
 
 

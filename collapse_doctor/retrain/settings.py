@@ -80,13 +80,16 @@ _POSITIVE = {
 }
 
 
+_CONFIG_HINT = "docs/retrain.md lists the --config keys (JSON object or TOML table)"
+
+
 def _check_value(key: str, value: Any, source: str) -> Any:
     if key == "reward_mode":
         if value not in REWARD_MODES:
             raise UsageError(f"{source}: reward_mode {value!r} is not one of {', '.join(REWARD_MODES)}")
         return value
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise UsageError(f"{source}: {key} must be a number, got {value!r}")
+        raise UsageError(f"{source}: {key} must be a number, got {value!r}", hint="write the number without quotes")
     if key in _INT_KEYS:
         if float(value) != int(value):
             raise UsageError(f"{source}: {key} must be an integer, got {value!r}")
@@ -138,25 +141,27 @@ def load_settings(path: str | Path | None) -> RetrainSettings:
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
-        raise UsageError(f"{path}: cannot read config file ({exc.strerror or exc})") from exc
+        raise UsageError(f"{path}: cannot read config file ({exc.strerror or exc})", hint=_CONFIG_HINT) from exc
     data: Any
     if path.suffix.lower() == ".json":
         try:
             data = json.loads(text)
         except json.JSONDecodeError as exc:
-            raise UsageError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})") from exc
+            raise UsageError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})", hint=_CONFIG_HINT) from exc
     elif path.suffix.lower() == ".toml":
         try:
             data = tomllib.loads(text)
         except tomllib.TOMLDecodeError as exc:
-            raise UsageError(f"{path}: not valid TOML ({exc})") from exc
-        nested = data.get("tool", {}).get("collapse-doctor", {}).get("retrain") if "tool" in data else None
+            raise UsageError(f"{path}: not valid TOML ({exc})", hint=_CONFIG_HINT) from exc
+        nested = data.get("tool")
+        for part in ("collapse-doctor", "retrain"):
+            nested = nested.get(part) if isinstance(nested, dict) else None
         if nested is not None:
             data = nested
     else:
-        raise UsageError(f"{path}: config must be a .json or .toml file")
+        raise UsageError(f"{path}: config must be a .json or .toml file", hint=_CONFIG_HINT)
     if not isinstance(data, dict):
-        raise UsageError(f"{path}: config must be a table/object of keys")
+        raise UsageError(f"{path}: config must be a table/object of keys", hint=_CONFIG_HINT)
     return settings_from_mapping(data, str(path))
 
 
