@@ -11,7 +11,7 @@ import math
 import os
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -38,7 +38,8 @@ EXIT_OK, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
 RunPathsArgument = Annotated[
     list[str],
     typer.Argument(
-        help="Rollout files (Parquet, TRL completions, verl/NeMo-RL JSONL), log directories or globs of one run."
+        metavar="PATH...",
+        help="Rollout files (Parquet, TRL completions, verl/NeMo-RL JSONL), log directories or globs of one run.",
     ),
 ]
 DebugOption = Annotated[bool, typer.Option("--debug", help="Show the full traceback on errors.")]
@@ -626,15 +627,41 @@ def retrain(
     raise typer.Exit(code)
 
 
-def main(argv: list[str] | None = None) -> Callable[..., Any] | None:
-    """Console-script entry point."""
+def _is_a(exc: BaseException, name: str) -> bool:
+    """Whether ``exc`` is a click exception called ``name``: Typer may use its own copy of click's classes."""
+    return any(cls.__name__ == name for cls in type(exc).__mro__)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Run the app and exit with its code; usage errors become one line, like every other error.
+
+    Click's own report of a usage error is a usage line, a hint line and the error; here it is
+    ``error: <what>. Hint: see `collapse-doctor COMMAND --help``` and exit code 2.
+    """
     try:
-        return app(args=argv)
+        code = app(args=argv, prog_name="collapse-doctor", standalone_mode=False)
     except BrokenPipeError:
         # The reader went away (`collapse-doctor explain | head`): stop quietly, like other CLI tools.
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         sys.exit(EXIT_OK)
+    except Exception as exc:
+        if _is_a(exc, "NoArgsIsHelpError"):  # a bare command: its help, as before
+            exc.show()  # type: ignore[attr-defined]
+            sys.exit(EXIT_ERROR)
+        if _is_a(exc, "UsageError"):
+            ctx = getattr(exc, "ctx", None)
+            where = ctx.command_path if ctx is not None else app.info.name
+            _err(f"error: {exc.format_message().rstrip('.')}. Hint: see `{where} --help`")  # type: ignore[attr-defined]
+            sys.exit(EXIT_ERROR)
+        if _is_a(exc, "ClickException"):
+            _err(f"error: {exc.format_message()}")  # type: ignore[attr-defined]
+            sys.exit(getattr(exc, "exit_code", EXIT_ERROR))
+        if _is_a(exc, "Abort"):  # Ctrl-C outside a command's own handling
+            _err("aborted")
+            sys.exit(130)
+        raise
+    sys.exit(code if isinstance(code, int) else EXIT_OK)
 
 
 FULL_TEARDOWN_COMMANDS = frozenset({"retrain"})

@@ -32,6 +32,21 @@ def test_bad_input_exits_2_with_one_line(tmp_path: Path) -> None:
 def test_help_and_usage_errors_keep_click_exit_codes() -> None:
     assert _run("--help").returncode == 0
     assert _run("scan", "--fail-on", "bogus", str(SAMPLE)).returncode == 2
+    bare = _run()
+    assert bare.returncode == 2 and "Usage: " in bare.stdout + bare.stderr  # a bare command shows its help
+
+
+def test_usage_errors_are_one_line_with_a_hint() -> None:
+    for args, expected in (
+        (["scan"], "error: Missing argument 'PATH...'. Hint: see `collapse-doctor scan --help`"),
+        (["scan", "--bogus", str(SAMPLE)], "error: No such option: --bogus. Hint: see `collapse-doctor scan --help`"),
+        (["report", str(SAMPLE)], "error: Missing option '--html'. Hint: see `collapse-doctor report --help`"),
+        (["bogus"], "error: No such command 'bogus'. Hint: see `collapse-doctor --help`"),
+    ):
+        done = _run(*args)
+        assert done.returncode == 2, args
+        assert done.stderr.strip() == expected
+        assert done.stdout == ""
 
 
 def test_a_scalar_only_scan_does_not_import_torch() -> None:
