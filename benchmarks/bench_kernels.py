@@ -5,7 +5,7 @@ Run:  .venv/bin/python benchmarks/bench_kernels.py [--repeats 200] [--threads 1]
 One 256k-row chunk of groups of 8 (32,768 groups, 3 channels), float32, torch single-threaded (as the scan
 runs it). Prints the median time of each kernel in milliseconds: a reduction over a group in the row-major
 ``[G, g]`` layout against the member-major ``[g, G]`` layout, ``argmax`` over 3 channels against the
-comparison passes that replace it (``stats._first_argmax``), and ``torch.where`` / ``masked_fill`` against a
+comparison passes that replace it (``stats.kernels.first_argmax``), and ``torch.where`` / ``masked_fill`` against a
 multiply. docs/benchmarks.md quotes these numbers.
 """
 
@@ -18,7 +18,7 @@ from collections.abc import Callable
 
 import torch
 
-from collapse_doctor.stats import _first_argmax
+from collapse_doctor.stats.kernels import first_argmax
 
 GROUPS, SIZE, CHANNELS = 32_768, 8, 3
 
@@ -51,7 +51,7 @@ def main() -> None:
         "max over a group, [G, g] dim 1": lambda: rows.amax(dim=1),
         "max over a group, [g, G] dim 0": lambda: members.amax(dim=0),
         "argmax over 3 channels, torch.argmax(dim=0)": lambda: channels.abs().argmax(dim=0),
-        "argmax over 3 channels, comparison passes": lambda: _first_argmax(list(channels.abs())),
+        "argmax over 3 channels, comparison passes": lambda: first_argmax(list(channels.abs())),
         "torch.where(mask, a, b)": lambda: torch.where(mask, rows, other),
         "a.masked_fill(mask, 0)": lambda: rows.masked_fill(mask, 0.0),
         "a * b (reference)": lambda: rows * other,

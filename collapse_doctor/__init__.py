@@ -12,12 +12,16 @@ from __future__ import annotations
 from typing import Any
 
 __version__ = "0.1.0"
-__all__ = ["Diagnosis", "diagnose", "diagnose_runs"]
+__all__ = ["Diagnosis", "ScanOptions", "diagnose", "diagnose_runs"]
 
 
 def __getattr__(name: str) -> Any:
-    if name in ("diagnose", "diagnose_runs", "Diagnosis"):
-        from collapse_doctor import diagnosis
+    if name in ("diagnose", "diagnose_runs"):
+        from collapse_doctor import pipeline
 
-        return getattr(diagnosis, name)
+        return getattr(pipeline, name)
+    if name in ("Diagnosis", "ScanOptions"):
+        from collapse_doctor import options, result
+
+        return getattr(result if name == "Diagnosis" else options, name)
     raise AttributeError(f"module 'collapse_doctor' has no attribute {name!r}")

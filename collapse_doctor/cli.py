@@ -2,27 +2,40 @@
 
 Heavy modules (torch, pyarrow) are imported inside the commands so that ``--help`` stays fast.
 Exit codes: 0 success, 1 findings at or above ``--fail-on`` (scan), 2 usage, input or internal error.
+
+The options every command that reads a run shares (input columns, weights, device, detector selection,
+``--run``...) are declared once, in :data:`SHARED_OPTIONS`; :func:`shared_options` adds a group of them to
+a command's signature and hands the command one :class:`~collapse_doctor.options.ScanOptions`. ``scan`` and
+``report`` run the same pipeline (:func:`_scan`) and write through the same dispatcher
+(:mod:`collapse_doctor.report.outputs`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
+import inspect
 import math
 import os
 import sys
 import time
-from collections.abc import Iterator
+import typing
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import IO, TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from collapse_doctor import __version__
 from collapse_doctor.errors import CollapseDoctorError
+from collapse_doctor.options import ScanOptions
 
 if TYPE_CHECKING:
-    from collapse_doctor.diagnosis import Diagnosis
+    from collapse_doctor.pipeline import ScanResult
+    from collapse_doctor.report.outputs import OutputRequest
+    from collapse_doctor.result import Diagnosis
 
 app = typer.Typer(
     name="collapse-doctor",
@@ -73,6 +86,36 @@ FailOnOption = Annotated[
 ConfigOption = Annotated[Path | None, typer.Option("--config", help="Config file (TOML) with thresholds.")]
 OnlyOption = Annotated[str | None, typer.Option("--only", help="Run only these detector codes (CD101,CD3...).")]
 IgnoreOption = Annotated[str | None, typer.Option("--ignore", help="Skip these detector codes.")]
+
+INPUT, VERDICT, DETECTORS, RUNS = "input", "verdict", "detectors", "runs"
+"""The groups of shared options: how to read the run (and where), how to judge it, which detectors, which run."""
+
+
+@dataclass(frozen=True)
+class SharedOption:
+    """One option shared by several commands: its parameter (a keyword of ``ScanOptions.of``) and group."""
+
+    name: str
+    group: str
+    annotation: Any
+    default: Any = None
+
+
+SHARED_OPTIONS: tuple[SharedOption, ...] = (
+    SharedOption("weights", INPUT, WeightsOption),
+    SharedOption("algo", VERDICT, AlgoOption, "auto"),
+    SharedOption("fail_on", VERDICT, FailOnOption),
+    SharedOption("config", DETECTORS, ConfigOption),
+    SharedOption("only", DETECTORS, OnlyOption),
+    SharedOption("ignore", DETECTORS, IgnoreOption),
+    SharedOption("device", INPUT, DeviceOption, "auto"),
+    SharedOption("step_col", INPUT, StepColOption),
+    SharedOption("group_col", INPUT, GroupColOption),
+    SharedOption("reward_cols", INPUT, RewardColsOption),
+    SharedOption("group_size", INPUT, GroupSizeOption),
+    SharedOption("run_name", RUNS, RunOption),
+)
+"""Every shared option, declared once, in the order ``--help`` lists them."""
 
 
 def _err(message: str) -> None:
@@ -139,44 +182,86 @@ class DelayedProgress:
         self.close()
 
 
-def _split(text: str | None) -> list[str] | None:
-    if not text:
-        return None
-    return [part.strip() for part in text.split(",") if part.strip()]
-
-
-def _read_options(
-    weights: str | None,
-    device: str,
-    step_col: str | None,
-    group_col: str | None,
-    reward_cols: str | None,
-    group_size: int | None,
-) -> dict[str, Any]:
-    """The input and device options that every command reading a run passes to the library."""
+def _scan_options(values: Mapping[str, Any]) -> ScanOptions:
+    """The shared options as the command line gave them (text) -> :class:`ScanOptions` (parsed by the library)."""
+    from collapse_doctor.options import split_list
     from collapse_doctor.schema import parse_weights
 
-    return {
-        "weights": parse_weights(weights),
-        "device": device,
-        "step_col": step_col,
-        "group_col": group_col,
-        "reward_cols": _split(reward_cols),
-        "group_size": group_size,
-    }
+    parsed = dict(values)
+    for key in ("reward_cols", "only", "ignore"):
+        if key in parsed:
+            parsed[key] = split_list(parsed[key])
+    if "weights" in parsed:
+        parsed["weights"] = parse_weights(parsed["weights"]) or None
+    return ScanOptions.of(**parsed)
 
 
-def _detector_options(config: Path | None, only: str | None, ignore: str | None) -> dict[str, Any]:
-    """The config file and detector selection that every command running detectors passes to the library."""
-    return {"config": config, "only": _split(only), "ignore": _split(ignore)}
+def shared_options(*groups: str) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """Add the :data:`SHARED_OPTIONS` of ``groups`` and ``--debug`` to a command; it gets one ``options``.
+
+    The decorated command declares a keyword-only ``options: ScanOptions`` parameter: the group's options
+    take its place in the command's signature (so in its ``--help``), ``--debug`` comes last. The command runs
+    inside :func:`user_errors`, parsing the options included, so a bad value is one line and exit code 2.
+    """
+    declared = [option for option in SHARED_OPTIONS if option.group in groups]
+
+    def decorate(command: Callable[..., None]) -> Callable[..., None]:
+        hints = typing.get_type_hints(command, include_extras=True)
+        own = [
+            p.replace(annotation=hints[p.name], kind=inspect.Parameter.KEYWORD_ONLY)
+            for p in inspect.signature(command).parameters.values()
+        ]
+        at = [p.name for p in own].index("options")
+        shared = [
+            inspect.Parameter(o.name, inspect.Parameter.KEYWORD_ONLY, annotation=o.annotation, default=o.default)
+            for o in declared
+        ]
+        debug = inspect.Parameter("debug", inspect.Parameter.KEYWORD_ONLY, annotation=DebugOption, default=False)
+        parameters = [*own[:at], *shared, *own[at + 1 :], debug]
+
+        @functools.wraps(command)
+        def run(**values: Any) -> None:
+            with user_errors(values.pop("debug")):
+                options = _scan_options({o.name: values.pop(o.name) for o in declared})
+                command(**values, options=options)
+
+        run.__signature__ = inspect.Signature(parameters, return_annotation=None)  # type: ignore[attr-defined]
+        run.__annotations__ = {p.name: p.annotation for p in parameters} | {"return": None}
+        return run
+
+    return decorate
+
+
+def _color() -> bool | None:
+    """``False`` with ``NO_COLOR`` set (plain text), else ``None`` (colour on a terminal only)."""
+    return False if os.environ.get("NO_COLOR") else None
+
+
+def _step_summary() -> Path | None:
+    summary = os.environ.get("GITHUB_STEP_SUMMARY")
+    return Path(summary) if summary else None
 
 
 def _render_text(diagnosis: Diagnosis) -> None:
     """Print a diagnosis for the terminal: plain text when NO_COLOR is set or stdout is not a terminal."""
     from collapse_doctor.report.text import render_text
 
-    plain = bool(os.environ.get("NO_COLOR")) or not sys.stdout.isatty()
+    plain = _color() is False or not sys.stdout.isatty()
     render_text(diagnosis, sys.stdout, color=False if plain else None)
+
+
+def _scan(
+    paths: list[str], options: ScanOptions, request: OutputRequest, *, stdout: IO[str] | None
+) -> tuple[int, list[ScanResult]]:
+    """Discover once, check the outputs, scan every run, write the outputs: the exit code and the results."""
+    from collapse_doctor.pipeline import ScanHooks, plan_scan, run_scan
+    from collapse_doctor.report.outputs import write_outputs
+
+    plan = plan_scan(paths, options)
+    request.check(plan.files, runs=[run.name for run in plan.runs])
+    with DelayedProgress("scanning") as progress:
+        results = run_scan(plan, ScanHooks(on_progress=progress, collector=request.collector()))
+    return write_outputs(results, request, stdout=stdout), results
 
 
 def _version(value: bool) -> None:
@@ -195,62 +280,46 @@ def _root(
 
 
 @app.command()
+@shared_options(INPUT)
 def advantages(
     paths: RunPathsArgument,
     output: Annotated[Path, typer.Option("-o", "--output", help="Output Parquet file.")],
     convention: Annotated[str, typer.Option("--convention", help="trl, verl or paper.")] = "trl",
     scale: Annotated[str, typer.Option("--scale", help="GRPO scaling: group, batch or none.")] = "group",
-    weights: WeightsOption = None,
-    device: DeviceOption = "auto",
-    step_col: StepColOption = None,
-    group_col: GroupColOption = None,
-    reward_cols: RewardColsOption = None,
-    group_size: GroupSizeOption = None,
-    debug: DebugOption = False,
+    *,
+    options: ScanOptions,
 ) -> None:
     """Recompute GRPO and GDPO advantages of every rollout and write them to a Parquet file.
 
     The output has the input rows in input order: step, group_id, any prompt/completion/advantage
     columns, reward/<channel>, adv/grpo, adv/gdpo and adv/<channel> (per-channel group z-scores).
     """
-    with user_errors(debug):
-        from collapse_doctor.export import export_advantages
+    from collapse_doctor.export import export_advantages
 
-        with DelayedProgress("recomputing advantages") as progress:
-            summary = export_advantages(
-                paths,
-                output,
-                convention=convention,
-                scale=scale,
-                on_progress=progress,
-                **_read_options(weights, device, step_col, group_col, reward_cols, group_size),
-            )
-        for warning in summary.warnings:
-            _err(f"warning: {warning}")
-        channels = ", ".join(f"{c} (w={summary.weights[c]:g})" for c in summary.channels)
-        typer.echo(
-            f"wrote {summary.output}: {summary.rows:,} rows, {summary.steps:,} steps; channels {channels}; "
-            f"convention {summary.convention}, scale {summary.scale}, device {summary.device}, "
-            f"{summary.seconds:.1f} s"
+    with DelayedProgress("recomputing advantages") as progress:
+        summary = export_advantages(
+            paths,
+            output,
+            convention=convention,
+            scale=scale,
+            on_progress=progress,
+            device=options.device,
+            **options.read.reader_kwargs(),
         )
-
-
-OutputPath = Annotated[Path | None, typer.Option(help="Write to this file (atomically).")]
-
-
-def _write_output(path: Path, text: str, inputs: list[Path]) -> None:
-    from collapse_doctor.io.atomic import atomic_path
-
-    with atomic_path(path, inputs=inputs) as tmp:
-        tmp.write_text(text, encoding="utf-8")
+    for warning in summary.warnings:
+        _err(f"warning: {warning}")
+    channels = ", ".join(f"{c} (w={summary.weights[c]:g})" for c in summary.channels)
+    typer.echo(
+        f"wrote {summary.output}: {summary.rows:,} rows, {summary.steps:,} steps; channels {channels}; "
+        f"convention {summary.convention}, scale {summary.scale}, device {summary.device}, "
+        f"{summary.seconds:.1f} s"
+    )
 
 
 @app.command()
+@shared_options(INPUT, VERDICT, DETECTORS, RUNS)
 def scan(
     paths: RunPathsArgument,
-    weights: WeightsOption = None,
-    algo: AlgoOption = "auto",
-    fail_on: FailOnOption = None,
     json_out: Annotated[Path | None, typer.Option("--json", help="Write the diagnosis as JSON to this file.")] = None,
     junit_out: Annotated[Path | None, typer.Option("--junit", help="Write a JUnit XML report to this file.")] = None,
     markdown_out: Annotated[
@@ -263,134 +332,59 @@ def scan(
     output_format: Annotated[
         str, typer.Option("--format", help="stdout format: text, json or github (workflow annotations).")
     ] = "text",
-    config: ConfigOption = None,
-    only: OnlyOption = None,
-    ignore: IgnoreOption = None,
-    device: DeviceOption = "auto",
-    step_col: StepColOption = None,
-    group_col: GroupColOption = None,
-    reward_cols: RewardColsOption = None,
-    group_size: GroupSizeOption = None,
-    run_name: RunOption = None,
-    debug: DebugOption = False,
+    *,
+    options: ScanOptions,
 ) -> None:
     """Diagnose a run: verdict, per-channel table, findings with evidence and remedy; exit code for CI.
 
     Exit codes: 0 nothing at or above --fail-on, 1 findings at or above it, 2 bad input or usage.
     """
-    with user_errors(debug):
-        from collapse_doctor.diagnosis import diagnose_runs
+    from collapse_doctor.report.outputs import OutputRequest
 
-        if output_format not in ("text", "json", "github"):
-            from collapse_doctor.errors import UsageError
-
-            raise UsageError(f"--format {output_format!r} is not one of text, json, github")
-        read_options = _read_options(weights, device, step_col, group_col, reward_cols, group_size)
-        report_collector = _html_collector(html_out, paths)
-        with DelayedProgress("scanning") as progress:
-            diagnoses = diagnose_runs(
-                paths,
-                run_name=run_name,
-                algo=algo,
-                fail_on=fail_on,
-                on_progress=progress,
-                collectors=[report_collector] if report_collector is not None else [],
-                **_detector_options(config, only, ignore),
-                **read_options,
-            )
-        if len(diagnoses) > 1:
-            from collapse_doctor.report.runs import report_runs
-
-            formats = {"json_out": json_out, "junit_out": junit_out, "markdown_out": markdown_out, "html_out": html_out}
-            raise typer.Exit(report_runs(diagnoses, output_format=output_format, **formats))
-        diagnosis = diagnoses[0]
-        inputs = [Path(s) for s in diagnosis.run.sources]
-        from collapse_doctor.report.ci import github_annotations, junit_xml, markdown_summary
-
-        if json_out is not None:
-            _write_output(json_out, diagnosis.to_json() + "\n", inputs)
-        if junit_out is not None:
-            _write_output(junit_out, junit_xml(diagnosis), inputs)
-        if markdown_out is not None:
-            _write_output(markdown_out, markdown_summary(diagnosis), inputs)
-        if html_out is not None and report_collector is not None:
-            from collapse_doctor.report.html import write_report
-
-            write_report(html_out, diagnosis, report_collector.extras(diagnosis, read_options, paths=paths))
-        if output_format == "json":
-            typer.echo(diagnosis.to_json())
-        elif output_format == "github":
-            typer.echo(github_annotations(diagnosis), nl=False)
-            summary_file = os.environ.get("GITHUB_STEP_SUMMARY")
-            if summary_file:
-                with open(summary_file, "a", encoding="utf-8") as handle:
-                    handle.write(markdown_summary(diagnosis))
-        else:
-            _render_text(diagnosis)
-        code = diagnosis.exit_code()
+    request = OutputRequest(
+        format=output_format,
+        json=json_out,
+        junit=junit_out,
+        markdown=markdown_out,
+        html=html_out,
+        step_summary=_step_summary(),
+        color=_color(),
+    )
+    code, _ = _scan(paths, options, request, stdout=sys.stdout)
     raise typer.Exit(code)
 
 
-def _html_collector(html_out: Path | None, paths: list[str]) -> Any:
-    """The report's scan collector when --html is given (after checking the output path), else None."""
-    if html_out is None:
-        return None
-    from collapse_doctor.report.collect import ReportCollector
-    from collapse_doctor.report.html import check_output
-
-    check_output(html_out, paths)
-    return ReportCollector()
-
-
 @app.command()
+@shared_options(INPUT, VERDICT, DETECTORS, RUNS)
 def report(
     paths: RunPathsArgument,
     html_out: Annotated[Path, typer.Option("--html", help="Write the self-contained HTML report to this file.")],
-    weights: WeightsOption = None,
-    algo: AlgoOption = "auto",
-    fail_on: FailOnOption = None,
-    config: ConfigOption = None,
-    only: OnlyOption = None,
-    ignore: IgnoreOption = None,
-    device: DeviceOption = "auto",
-    step_col: StepColOption = None,
-    group_col: GroupColOption = None,
-    reward_cols: RewardColsOption = None,
-    group_size: GroupSizeOption = None,
-    run_name: RunOption = None,
-    debug: DebugOption = False,
+    *,
+    options: ScanOptions,
 ) -> None:
     """Scan a run and write one self-contained, offline, interactive HTML report (plotly).
 
     Same input and detector options as scan, and the same exit codes: 0 nothing at or above
     --fail-on, 1 findings at or above it, 2 bad input or usage.
     """
-    with user_errors(debug):
-        from collapse_doctor.diagnosis import VERDICTS
-        from collapse_doctor.report.html import make_report
+    from collapse_doctor.findings import VERDICTS
+    from collapse_doctor.report.outputs import OutputRequest
 
-        with DelayedProgress("scanning") as progress:
-            diagnosis, _, size = make_report(
-                paths,
-                html_out,
-                algo=algo,
-                fail_on=fail_on,
-                on_progress=progress,
-                run_name=run_name,
-                **_detector_options(config, only, ignore),
-                **_read_options(weights, device, step_col, group_col, reward_cols, group_size),
-            )
+    code, results = _scan(paths, options, OutputRequest(html=html_out), stdout=None)
+    size = html_out.stat().st_size
+    for result in results:  # one: the dispatcher refuses --html with several runs
+        diagnosis = result.diagnosis
         for warning in diagnosis.run.warnings:
             _err(f"warning: {warning}")
         typer.echo(
             f"wrote {html_out} ({size / 1e6:.1f} MB): {VERDICTS[diagnosis.verdict]}, "
             f"{len(diagnosis.findings)} finding(s), {diagnosis.run.steps:,} steps"
         )
-        code = diagnosis.exit_code()
     raise typer.Exit(code)
 
 
 @app.command()
+@shared_options(INPUT, DETECTORS, RUNS)
 def watch(
     paths: Annotated[list[str], typer.Argument(help="Log or rollout directory (or files) of a run being trained.")],
     interval: Annotated[float, typer.Option("--interval", help="Seconds between polls (> 0).")] = 30.0,
@@ -398,55 +392,40 @@ def watch(
         str,
         typer.Option("--fail-on", help="Exit 1 at the first finding at or above: never, info, warning, critical."),
     ] = "never",
-    run_name: RunOption = None,
-    config: ConfigOption = None,
-    only: Annotated[str | None, typer.Option("--only", help="Run only these detector codes (CD101,CD3...).")] = None,
-    ignore: IgnoreOption = None,
-    weights: WeightsOption = None,
-    device: DeviceOption = "auto",
-    step_col: StepColOption = None,
-    group_col: GroupColOption = None,
-    reward_cols: RewardColsOption = None,
-    group_size: GroupSizeOption = None,
+    *,
+    options: ScanOptions,
     max_polls: Annotated[int | None, typer.Option("--max-polls", hidden=True, min=1)] = None,
-    debug: DebugOption = False,
 ) -> None:
     """Follow a run while it trains: print each new finding once; --fail-on stops at the first bad one.
 
     Exit codes: 1 a finding at or above --fail-on, 0 Ctrl-C (with a summary), 2 bad input or usage.
     """
-    with user_errors(debug):
-        from collapse_doctor.watch import finding_line
-        from collapse_doctor.watch import watch as follow
+    from collapse_doctor.watch import finding_line
+    from collapse_doctor.watch import watch as follow
 
-        # 0 only with the hidden --max-polls (tests): without a pause the poll loop would spin a core.
-        if not math.isfinite(interval) or interval < 0 or (interval == 0 and max_polls is None):
-            from collapse_doctor.errors import UsageError
+    # 0 only with the hidden --max-polls (tests): without a pause the poll loop would spin a core.
+    if not math.isfinite(interval) or interval < 0 or (interval == 0 and max_polls is None):
+        from collapse_doctor.errors import UsageError
 
-            raise UsageError(
-                f"--interval {interval:g}: expected a positive number of seconds", hint="e.g. --interval 30"
-            )
-        typer.echo(f"watching {', '.join(paths)} every {interval:g} s (fail-on {fail_on}); Ctrl-C to stop")
-        state = None
-        try:
-            state = follow(
-                paths,
-                interval=interval,
-                fail_on=fail_on,
-                max_polls=max_polls,
-                on_finding=lambda diagnosis, finding: typer.echo(finding_line(diagnosis, finding)),
-                on_note=_err,
-                run_name=run_name,
-                **_detector_options(config, only, ignore),
-                **_read_options(weights, device, step_col, group_col, reward_cols, group_size),
-            )
-        except KeyboardInterrupt:
-            typer.echo("stopped (Ctrl-C)")
-            raise typer.Exit(EXIT_OK) from None
-        typer.echo(state.summary())
-        if state.failing is not None:
-            typer.echo(f"stopping: {state.failing.code} is at or above --fail-on {fail_on}")
-            raise typer.Exit(EXIT_FINDINGS)
+        raise UsageError(f"--interval {interval:g}: expected a positive number of seconds", hint="e.g. --interval 30")
+    typer.echo(f"watching {', '.join(paths)} every {interval:g} s (fail-on {fail_on}); Ctrl-C to stop")
+    try:
+        state = follow(
+            paths,
+            options,
+            interval=interval,
+            fail_on=fail_on,
+            max_polls=max_polls,
+            on_finding=lambda diagnosis, finding: typer.echo(finding_line(diagnosis, finding)),
+            on_note=_err,
+        )
+    except KeyboardInterrupt:
+        typer.echo("stopped (Ctrl-C)")
+        raise typer.Exit(EXIT_OK) from None
+    typer.echo(state.summary())
+    if state.failing is not None:
+        typer.echo(f"stopping: {state.failing.code} is at or above --fail-on {fail_on}")
+        raise typer.Exit(EXIT_FINDINGS)
 
 
 @app.command()
@@ -573,6 +552,7 @@ def retrain(
     """
     with user_errors(debug):
         from collapse_doctor.retrain.plan import RetrainOptions
+        from collapse_doctor.schema import parse_weights
 
         if fail_on is not None:
             from collapse_doctor.config import check_fail_on
@@ -585,7 +565,7 @@ def retrain(
             model=model,
             dataset=dataset,
             rewards=tuple(reward or ()),
-            weights=_read_options(weights, "cpu", None, None, None, None)["weights"],
+            weights=parse_weights(weights),
             config=config,
             from_scan=from_scan,
             max_steps=max_steps,

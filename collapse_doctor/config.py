@@ -18,7 +18,9 @@ level)::
     [tool.collapse-doctor.thresholds.CD101]
     warn_ratio = 0.3
 
-Unknown keys, codes and threshold names are errors that name the key.
+Unknown keys, codes and threshold names are errors that name the key. The known codes and their
+default thresholds are handed in by the caller (the pipeline passes the detector registry's
+:func:`~collapse_doctor.detectors.base.threshold_defaults`), so this value module imports no detector.
 """
 
 from __future__ import annotations
@@ -31,13 +33,16 @@ from pathlib import Path
 from typing import Any
 
 from collapse_doctor.errors import UsageError
+from collapse_doctor.findings import FAIL_ON_LEVELS, Severity, check_fail_on
 
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
     import tomli as tomllib
 
-FAIL_ON_LEVELS: tuple[str, ...] = ("never", "info", "warning", "critical")
+__all__ = ["CONFIG_FILE", "FAIL_ON_LEVELS", "Config", "check_fail_on", "find_config", "load_config", "parse_config"]
+ThresholdDefaults = Mapping[str, Mapping[str, float]]
+"""``{code: {threshold name: default}}`` for every known detector code (codes without thresholds map to {})."""
 CONFIG_FILE = "collapse-doctor.toml"
 _TOP_KEYS = {"fail_on", "only", "ignore", "persistence", "min_persistence", "severity", "thresholds"}
 
@@ -53,14 +58,21 @@ class Config:
     min_persistence: int = 3
     severity: Mapping[str, str] = field(default_factory=dict)
     thresholds: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
+    """Thresholds set by a config file: ``{code: {name: value}}``."""
+    defaults: ThresholdDefaults = field(default_factory=dict, repr=False)
+    """The detectors' own thresholds, filled in by :func:`load_config`."""
 
     def threshold(self, code: str, name: str) -> Any:
-        from collapse_doctor.detectors import REGISTRY
+        """A detector's threshold: the configured value, else the detector's default.
 
+        >>> Config(thresholds={"CD101": {"warn_ratio": 0.2}}, defaults={"CD101": {"warn_ratio": 0.3}}).threshold(
+        ...     "CD101", "warn_ratio")
+        0.2
+        """
         override = self.thresholds.get(code, {})
         if name in override:
             return override[name]
-        return REGISTRY[code].thresholds[name]
+        return self.defaults[code][name]
 
     def persistence_steps(self, num_steps: int) -> int:
         """How many consecutive steps a condition must hold in a run of ``num_steps``."""
@@ -106,12 +118,9 @@ def _string_list(value: Any, key: str, source: str) -> tuple[str, ...]:
     return tuple(v.strip().upper() for v in value)
 
 
-def parse_config(table: Mapping[str, Any], *, source: str, base: Config | None = None) -> Config:
-    """Validate a configuration table and merge it over ``base``."""
-    from collapse_doctor.detectors import REGISTRY
-    from collapse_doctor.detectors.base import Severity
-
-    config = base or Config()
+def parse_config(table: Mapping[str, Any], *, source: str, base: Config) -> Config:
+    """Validate a configuration table against ``base.defaults`` (the known codes) and merge it over ``base``."""
+    config = base
     table = {k.replace("-", "_"): v for k, v in table.items()}
     unknown = sorted(set(table) - _TOP_KEYS)
     if unknown:
@@ -138,15 +147,15 @@ def parse_config(table: Mapping[str, Any], *, source: str, base: Config | None =
     if "severity" in table:
         severity = dict(config.severity)
         for code, level in _mapping(table["severity"], "severity", source).items():
-            _known_code(code, source, "severity")
+            _known_code(code, source, "severity", config.defaults)
             Severity.parse(str(level), option=f"{source}: severity.{code}")
             severity[code.upper()] = str(level).lower()
         changes["severity"] = severity
     if "thresholds" in table:
         thresholds = {code: dict(values) for code, values in config.thresholds.items()}
         for code, values in _mapping(table["thresholds"], "thresholds", source).items():
-            code = _known_code(code, source, "thresholds")
-            known = REGISTRY[code].thresholds
+            code = _known_code(code, source, "thresholds", config.defaults)
+            known = config.defaults[code]
             for name, value in _mapping(values, f"thresholds.{code}", source).items():
                 if name not in known:
                     raise UsageError(
@@ -166,28 +175,19 @@ def _mapping(value: Any, key: str, source: str) -> dict[str, Any]:
     return value
 
 
-def _known_code(code: str, source: str, key: str) -> str:
-    from collapse_doctor.detectors import REGISTRY
-
+def _known_code(code: str, source: str, key: str, known: ThresholdDefaults) -> str:
     upper = code.upper()
-    if upper not in REGISTRY:
+    if upper not in known:
         raise UsageError(
             f"{source}: unknown detector code '{key}.{code}'",
-            hint=f"known codes: {', '.join(sorted(REGISTRY))}",
+            hint=f"known codes: {', '.join(sorted(known))}",
         )
     return upper
 
 
-def check_fail_on(value: str, *, option: str = "--fail-on") -> str:
-    level = value.strip().lower()
-    if level not in FAIL_ON_LEVELS:
-        raise UsageError(f"{option} {value!r} is not one of {', '.join(FAIL_ON_LEVELS)}")
-    return level
-
-
-def load_config(inputs: list[Path], explicit: str | Path | None = None) -> Config:
+def load_config(inputs: list[Path], explicit: str | Path | None = None, *, defaults: ThresholdDefaults) -> Config:
     """Defaults, then the discovered file (walking up from the first input), then ``--config``."""
-    config = Config()
+    config = Config(defaults=defaults)
     found = find_config(inputs[0]) if inputs else None
     if found is not None:
         table = _table_of(found, _load_toml(found)) or {}

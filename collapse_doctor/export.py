@@ -23,6 +23,7 @@ from collapse_doctor.errors import InputError, SchemaError, UsageError
 from collapse_doctor.io.atomic import atomic_path
 from collapse_doctor.io.parquet import ParquetRun
 from collapse_doctor.memory import release_free_memory
+from collapse_doctor.options import ReadOptions
 from collapse_doctor.schema import (
     ADVANTAGE,
     GROUND_TRUTH_METADATA_KEY,
@@ -158,13 +159,14 @@ def _chunk_table(
     return row_ids, pa.table(columns)
 
 
-def _open_rollouts(paths: Sequence[str | Path], **options: object) -> tuple[ParquetRun, list[Path]]:
+def _open_rollouts(paths: Sequence[str | Path], read: ReadOptions) -> tuple[ParquetRun, list[Path]]:
     """The rollouts of the one run in ``paths`` (canonical Parquet or a sniffed trainer layout), and their files.
 
     Trainer layouts (TRL completions, verl rollout JSONL, NeMo-RL JSONL) are found the way ``scan`` finds
-    them (:func:`collapse_doctor.io.sources.discover_runs`); scalar logs next to the rollouts are ignored.
+    them (:func:`collapse_doctor.io.discovery.discover_runs`); scalar logs next to the rollouts are ignored.
     """
-    from collapse_doctor.io.sources import discover_runs, open_rollouts
+    from collapse_doctor.io.discovery import discover_runs
+    from collapse_doctor.io.open import open_rollouts
 
     runs = [r for r in discover_runs(paths) if r.rollout_kind is not None]
     if not runs:
@@ -178,8 +180,8 @@ def _open_rollouts(paths: Sequence[str | Path], **options: object) -> tuple[Parq
             f"found {len(runs)} runs with rollouts: {', '.join(r.name for r in runs)}",
             hint="export one run at a time: pass that run's directory or files",
         )
-    run = open_rollouts(runs[0], check_rewards_first=True, **options)
-    assert isinstance(run, ParquetRun)
+    run = open_rollouts(runs[0], read, check_rewards_first=True)
+    assert run is not None  # the run has rollouts
     return run, list(runs[0].rollout_files)
 
 
@@ -204,9 +206,10 @@ def export_advantages(
         raise UsageError(f"--scale {scale!r} is not one of {', '.join(SCALES)}")
     started = time.perf_counter()
     dev = str(resolve_device(device))
-    run, inputs = _open_rollouts(
-        paths, step_col=step_col, group_col=group_col, reward_cols=reward_cols, group_size=group_size, weights=weights
+    read = ReadOptions.of(
+        step_col=step_col, group_col=group_col, reward_cols=reward_cols, group_size=group_size, weights=weights
     )
+    run, inputs = _open_rollouts(paths, read)
     metadata = {
         WEIGHTS_METADATA_KEY: json.dumps(run.weights),
         ADVANTAGES_METADATA_KEY: json.dumps(

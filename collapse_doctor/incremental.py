@@ -1,10 +1,13 @@
 """Scan a growing run again, reading only what is new (what ``watch`` does every poll).
 
-- Scalar logs: a :class:`~collapse_doctor.io.sources.ScalarCache` parses only the records appended to
+It composes the pipeline's steps (:mod:`collapse_doctor.pipeline`) with what earlier polls kept:
+
+- Scalar logs: a :class:`~collapse_doctor.io.scalar_cache.ScalarCache` parses only the records appended to
   each event file or verl file log since the last read.
-- Rollouts written one file per step (TRL ``completions_<step>.parquet``, verl ``<step>.jsonl``, NeMo-RL
-  ``train_data_step<N>.jsonl``): each file is reduced to its per-step statistics once, when it appears (or
-  changes); the run's series is the union of the files' series, and the detectors run on it.
+- Rollouts written one file per step (the per-step formats of :mod:`collapse_doctor.io.formats`: TRL
+  ``completions_<step>.parquet``, verl ``<step>.jsonl``, NeMo-RL ``train_data_step<N>.jsonl``): each file is
+  reduced to its per-step statistics once, when it appears (or changes); the run's series is the union of
+  the files' series, and the detectors run on it.
 - Canonical Parquet runs may spread a step over several files, so they are scanned again whole when a
   file was added or grew.
 """
@@ -12,27 +15,22 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
-from collapse_doctor.diagnosis import (
-    Diagnosis,
-    RunSummary,
-    detect_algorithm,
-    diagnose,
-    diagnosis_from_series,
-    resolve_config,
-)
-from collapse_doctor.io.sources import RunInputs, ScalarCache, choose_run, discover_runs, read_scalar_log
-from collapse_doctor.scalar_run import summary_extras
+from collapse_doctor.algorithm import detect_algorithm
+from collapse_doctor.io.discovery import RunInputs
+from collapse_doctor.io.formats import is_per_step
+from collapse_doctor.io.open import open_rollouts, read_scalar_log
+from collapse_doctor.io.scalar_cache import ScalarCache
+from collapse_doctor.options import ScanOptions
+from collapse_doctor.pipeline import ScanHooks, ScanPlan, detect, plan_scan, scan_run
+from collapse_doctor.reduce import reduce_rollouts
+from collapse_doctor.result import Diagnosis, RunSummary
 from collapse_doctor.series import RunSeries
-
-PER_STEP_KINDS = ("trl_completions", "verl_rollouts", "nemo_rl")
-_NO_DETECTORS = ["CD"]
-"""``ignore`` that skips every detector: a file's own scan only reduces it to series."""
+from collapse_doctor.summary import rollout_summary, with_scalar_log
 
 
 def _signature(path: Path) -> tuple[int, int]:
@@ -56,8 +54,11 @@ def merge_series(parts: Sequence[RunSeries]) -> RunSeries | None:
 
 @dataclass
 class _Part:
+    """One per-step rollout file reduced: its size and mtime when read, its summary and its series."""
+
     signature: tuple[int, int]
-    diagnosis: Diagnosis
+    summary: RunSummary
+    series: RunSeries
 
 
 class IncrementalScan:
@@ -69,51 +70,42 @@ class IncrementalScan:
         self.files_reduced = 0
         """Rollout files reduced to series so far (each once, unless it changed)."""
 
-    def diagnose_runs(
-        self, paths: Sequence[str | Path], *, run_name: str | None = None, **options: Any
-    ) -> list[Diagnosis]:
-        runs = discover_runs(paths)
-        chosen = [choose_run(runs, run_name)] if run_name is not None else runs
-        named = run_name is not None or len(runs) > 1
+    def diagnose_runs(self, paths: Sequence[str | Path], options: ScanOptions | None = None) -> list[Diagnosis]:
+        plan = plan_scan(paths, options)
+        hooks = ScanHooks(scalar_cache=self.scalar_cache)
         out = []
-        for run in chosen:
-            merged = self._per_step(run, named, options) if run.rollout_kind in PER_STEP_KINDS else None
-            if merged is None:
-                merged = diagnose(
-                    paths,
-                    run_name=run.name if named else None,
-                    scalar_cache=self.scalar_cache,
-                    allow_empty=len(chosen) > 1,
-                    **options,
-                )
-            out.append(merged)
+        for run in plan.runs:
+            merged = self._per_step(plan, run) if run.rollout_kind and is_per_step(run.rollout_kind) else None
+            out.append(merged if merged is not None else scan_run(plan, run, hooks).diagnosis)
         return out
 
-    def _per_step(self, run: RunInputs, named: bool, options: dict[str, Any]) -> Diagnosis | None:
+    def _reduce_file(self, plan: ScanPlan, run: RunInputs, path: Path, signature: tuple[int, int]) -> _Part:
+        from collapse_doctor.advantages import resolve_device
+
+        alone = replace(run, rollout_files=[path], scalar_logs={})
+        reader = open_rollouts(alone, plan.options.read, check_rewards_first=False)
+        assert reader is not None  # a rollout kind always opens a reader
+        device = str(resolve_device(plan.options.device))
+        series = reduce_rollouts(reader, device)
+        summary = rollout_summary(reader, series, algorithm=("unknown", ""), device=device)
+        self.files_reduced += 1
+        return _Part(signature, summary, series)
+
+    def _per_step(self, plan: ScanPlan, run: RunInputs) -> Diagnosis | None:
         parts = self._parts.setdefault(run.name, {})
         current = {p: _signature(p) for p in run.rollout_files}
         for gone in set(parts) - set(current):
             del parts[gone]
-        file_options = {k: v for k, v in options.items() if k not in ("only", "ignore", "fail_on")}
         for path, signature in current.items():
             if path not in parts or parts[path].signature != signature:
-                part = diagnose([path], ignore=_NO_DETECTORS, **file_options)
-                parts[path] = _Part(signature, part)
-                self.files_reduced += 1
-        diagnoses = [parts[p].diagnosis for p in sorted(parts)]
-        series = merge_series([d.series for d in diagnoses])
+                parts[path] = self._reduce_file(plan, run, path, signature)
+        done = [parts[p] for p in sorted(parts)]
+        series = merge_series([part.series for part in done])
         if series is None:
             return None  # channels or columns changed between files: scan the run as a whole
-        config, codes = resolve_config(
-            run.files,
-            options.get("config"),
-            fail_on=options.get("fail_on"),
-            only=options.get("only"),
-            ignore=options.get("ignore"),
-        )
-        runs = [d.run for d in diagnoses]
-        files = [s for r in runs for s in r.sources] if any(r.rollouts for r in runs) else []
-        algorithm, source = detect_algorithm(series, options.get("algo", "auto"), files)
+        runs = [part.summary for part in done]
+        dynamic = tuple(dict.fromkeys(c for r in runs for c in r.dynamic_weight_channels))
+        algorithm, source = detect_algorithm(series, plan.options.algo, dynamic)
         summary = RunSummary(
             sources=tuple(s for r in runs for s in r.sources),
             steps=series.num_steps,
@@ -130,7 +122,8 @@ class IncrementalScan:
             logged_advantage=all(r.logged_advantage for r in runs),
             device=runs[0].device,
             warnings=tuple(dict.fromkeys(w for r in runs for w in r.warnings)),
+            dynamic_weight_channels=dynamic,
         )
         scalars = read_scalar_log(run, self.scalar_cache)
-        summary, scalars = summary_extras(summary, run, None, scalars, multiple=named)
-        return diagnosis_from_series(summary, series, config, codes, scalars)
+        summary = with_scalar_log(summary, scalars, name=run.name if plan.named else None, has_rollouts=True)
+        return detect(summary, series, scalars, plan.config, plan.codes)

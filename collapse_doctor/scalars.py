@@ -1,25 +1,71 @@
 """A run's scalar log in canonical names: what the CD5xx detectors and the report's scalar panels read.
 
+Values only (no I/O, nothing from :mod:`collapse_doctor.io`):
+
+- the canonical series names (``REWARD``, ``KL``, ``ZERO_STD_SHARE``, the per-channel prefixes such as
+  ``CHANNEL_MEAN`` + ``<channel>``, ...);
+- :class:`TagPoints`, one series' points;
+- :class:`ScalarSeries`, every canonical series of one run, and its JSON form.
+
 Readers (TensorBoard event files, TRL ``trainer_state.json``, verl's file-logger JSONL) produce raw tags;
-:func:`scalar_series` maps them with the framework's tag map (:mod:`collapse_doctor.io.tags`) and derives
-the share of zero-variance groups where a framework logs it another way (NeMo-RL's ``pct_0 + pct_1``,
-OpenRLHF's dynamic-filtering pass rate).
+:func:`collapse_doctor.io.tags.scalar_series` maps them to these names with the framework's tag map.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from collapse_doctor.io import tags as T
-from collapse_doctor.io.tensorboard import TagPoints
+# Canonical scalar names.
+REWARD = "reward"
+REWARD_STD = "reward_std"
+ZERO_STD_SHARE = "frac_reward_zero_std"
+KL = "kl"
+ENTROPY = "entropy"
+ADVANTAGE_MEAN = "advantage_mean"
+ADVANTAGE_STD = "advantage_std"
+ADVANTAGE_MAX = "advantage_max"
+ADVANTAGE_MIN = "advantage_min"
+CLIP_RATIO = "clip_ratio"
+LOSS = "loss"
+GRAD_NORM = "grad_norm"
+COMPLETION_LENGTH = "completion_length"
+PCT_ALL_FAIL = "pct_all_fail"
+"""NeMo-RL's share (in percent) of prompts whose baseline reward is 0: every completion failed."""
+PCT_ALL_PASS = "pct_all_pass"
+PASS_RATE = "dynamic_filtering_pass_rate"
+CHANNEL_MEAN = "channel_mean/"
+CHANNEL_STD = "channel_std/"
+CHANNEL_REL_GAIN = "channel_rel_gain/"
+"""Per-channel rel_gain (mean within-group max - min), as ``collapse-doctor retrain`` logs it."""
+CHANNEL_SIGNAL_SHARE = "channel_signal_share/"
+"""Per-channel share of the within-group advantage variance under the retrain's algorithm."""
+CHANNEL_WEIGHT = "channel_weight/"
+CHANNEL_ZERO_VAR_SHARE = "channel_zero_var_share/"
+"""Per-channel share of groups in which the channel is constant."""
+CHANNEL_PREFIXES = (
+    CHANNEL_MEAN,
+    CHANNEL_STD,
+    CHANNEL_REL_GAIN,
+    CHANNEL_SIGNAL_SHARE,
+    CHANNEL_WEIGHT,
+    CHANNEL_ZERO_VAR_SHARE,
+)
+"""Canonical per-channel series: ``<prefix><channel>``."""
 
 JSON_MAX_POINTS = 10_000
 """Points per series in the JSON output; longer series are decimated (min and max per slice)."""
+
+
+@dataclass(frozen=True)
+class TagPoints:
+    """One tag's points, sorted by step, one point per step."""
+
+    steps: np.ndarray
+    values: np.ndarray
 
 
 @dataclass
@@ -44,7 +90,7 @@ class ScalarSeries:
     @property
     def channels(self) -> tuple[str, ...]:
         """Reward channels seen as per-channel series (mean, std, collapse-doctor's monitor), in name order."""
-        names = {key.split("/", 1)[1] for key in self.series if key.startswith(T.CHANNEL_PREFIXES)}
+        names = {key.split("/", 1)[1] for key in self.series if key.startswith(CHANNEL_PREFIXES)}
         return tuple(sorted(names))
 
     def steps(self) -> np.ndarray:
@@ -85,44 +131,3 @@ def decimate(values: np.ndarray, max_points: int) -> np.ndarray:
     first = order[np.concatenate([[0], bounds])]
     last = order[np.concatenate([bounds - 1, [n - 1]])]
     return np.unique(np.concatenate([first, last]))
-
-
-def _aligned(a: TagPoints, b: TagPoints) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    steps, ia, ib = np.intersect1d(a.steps, b.steps, return_indices=True)
-    return steps, a.values[ia], b.values[ib]
-
-
-def scalar_series(
-    raw: Mapping[str, TagPoints],
-    *,
-    points: int,
-    sources: Sequence[Path] = (),
-    notes: Sequence[str] = (),
-    framework: str | None = None,
-) -> ScalarSeries:
-    """Map raw tags to canonical series (framework auto-detected unless given) and add derived ones."""
-    framework = framework or T.detect_framework(raw)
-    mapping = T.map_tags(raw, framework) if framework else {}
-    for name, tag in T.map_tags(raw, T.MONITOR).items():
-        mapping.setdefault(name, tag)  # collapse-doctor's own monitor, when the trainer does not log it
-    series = {name: raw[tag] for name, tag in mapping.items()}
-    tags = dict(mapping)
-    if T.ZERO_STD_SHARE not in series:
-        fail, ok = series.get(T.PCT_ALL_FAIL), series.get(T.PCT_ALL_PASS)
-        if fail is not None and ok is not None:
-            steps, a, b = _aligned(fail, ok)
-            series[T.ZERO_STD_SHARE] = TagPoints(steps, (a + b) / 100.0)
-            tags[T.ZERO_STD_SHARE] = f"({mapping[T.PCT_ALL_FAIL]} + {mapping[T.PCT_ALL_PASS]}) / 100"
-        elif T.PASS_RATE in series:
-            rate = series[T.PASS_RATE]
-            series[T.ZERO_STD_SHARE] = TagPoints(rate.steps, 1.0 - rate.values)
-            tags[T.ZERO_STD_SHARE] = f"1 - {mapping[T.PASS_RATE]}"
-    return ScalarSeries(
-        framework=framework,
-        series=dict(sorted(series.items())),
-        tags=tags,
-        points=points,
-        sources=tuple(sources),
-        notes=list(notes),
-        raw_tags=tuple(sorted(raw)),
-    )

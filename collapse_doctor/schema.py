@@ -39,6 +39,8 @@ REWARD_PREFIXES: tuple[str, ...] = ("reward/", "reward_", "rewards.")
 REWARD_STRUCT = "rewards"
 WEIGHTS_METADATA_KEY = "collapse_doctor.weights"
 GROUND_TRUTH_METADATA_KEY = "collapse_doctor.ground_truth"
+DYNAMIC_WEIGHTS_SOURCE = "dynamic channel weights"
+"""How a run summary's ``algorithm_source`` starts when the rollouts carry ``weight/<channel>`` columns."""
 
 
 def channel_column(channel: str) -> str:

@@ -1,14 +1,130 @@
-"""Per-step series of a run: the small, sorted summary that detectors and reports read."""
+"""Per-step series of a run: the small, sorted summary that detectors and reports read.
+
+:data:`SERIES` is the catalogue of every per-step series the statistics (:mod:`collapse_doctor.stats`)
+produce: its name, its shape (``run`` ``[S]``, ``channel`` ``[S, C]``, ``pair`` ``[S, P]``) and what it
+holds. Its order is the order of the statistics, and so of a scan's JSON output.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from itertools import combinations
-from typing import Any
+from typing import Any, Literal, TypeVar
 
 import numpy as np
 
 PAIR_SEPARATOR = "|"
+RECOMPUTATIONS: dict[str, str] = {
+    "grpo": "GRPO (group std)",
+    "grpo_batch": "GRPO (batch std)",
+    "grpo_none": "GRPO (no std)",
+    "gdpo": "GDPO",
+}
+"""The recomputations a logged advantage is compared with (series ``logged_mae_<name>``) and their labels, in the
+order that wins when two match equally well."""
+
+Shape = Literal["run", "channel", "pair"]
+"""``run``: one value per step ``[S]``; ``channel``: per step and channel ``[S, C]``; ``pair``: per step
+and channel pair ``[S, P]`` (pairs in :func:`channel_pairs` order)."""
+
+
+@dataclass(frozen=True)
+class SeriesSpec:
+    """One per-step series: its name, shape and meaning."""
+
+    name: str
+    shape: Shape
+    doc: str
+
+
+_ROWS = "over the valid rows of groups whose totals differ"
+_GRPO, _GDPO = "GRPO (sum, then normalise)", "GDPO (normalise, then sum)"
+
+_CATALOGUE = (
+    # sizes
+    SeriesSpec("rollouts", "run", "Rows in the step."),
+    SeriesSpec("groups", "run", "Groups with at least one valid row (not all rewards NaN)."),
+    SeriesSpec("group_size_min", "run", "Fewest valid rows in a group."),
+    SeriesSpec("group_size_max", "run", "Most valid rows in a group."),
+    # channels
+    SeriesSpec("rel_gain", "channel", "Mean over groups (2+ values of the channel) of its within-group max - min."),
+    SeriesSpec("reward_std", "channel", "Mean over groups (2+ values) of the channel's within-group std (ddof=1)."),
+    SeriesSpec("channel_zero_var_share", "channel", "Share of groups (2+ values) where the channel is constant."),
+    SeriesSpec("reward_mean", "channel", "Mean of the channel's rewards (NaN skipped)."),
+    # signal
+    SeriesSpec("zero_var_share", "run", "Share of groups (2+ valid rows) whose weighted totals are all equal."),
+    SeriesSpec("gdpo_zero_var_share", "run", "Share of groups (2+ valid rows) where no channel varies (GDPO: 0)."),
+    SeriesSpec("signal_share_grpo", "channel", "The channel's share of the within-group variance of the total."),
+    SeriesSpec("signal_share_gdpo", "channel", "The channel's share of the variance of GDPO's fused z-score sum."),
+    # dominance
+    SeriesSpec("dominance_grpo", "channel", f"Share of rows with signal whose {_GRPO} advantage sign it decides."),
+    SeriesSpec("dominance_gdpo", "channel", f"Share of rows with signal whose {_GDPO} advantage sign it decides."),
+    # shape (and ties: distinct_ratio_*)
+    SeriesSpec("adv_std_grpo", "run", f"Std (ddof=1) of the {_GRPO} advantages {_ROWS}."),
+    SeriesSpec("adv_skew_grpo", "run", f"Skewness of the {_GRPO} advantages {_ROWS}."),
+    SeriesSpec("adv_kurtosis_grpo", "run", f"Excess kurtosis of the {_GRPO} advantages {_ROWS}."),
+    SeriesSpec("adv_bimodality_grpo", "run", f"Sarle's bimodality coefficient of the {_GRPO} advantages {_ROWS}."),
+    SeriesSpec("adv_abs_max_grpo", "run", f"Largest |advantage| under {_GRPO} {_ROWS}."),
+    SeriesSpec("distinct_ratio_grpo", "run", f"Mean over groups with signal of distinct {_GRPO} advantages per row."),
+    SeriesSpec("adv_std_gdpo", "run", f"Std (ddof=1) of the {_GDPO} advantages {_ROWS}."),
+    SeriesSpec("adv_skew_gdpo", "run", f"Skewness of the {_GDPO} advantages {_ROWS}."),
+    SeriesSpec("adv_kurtosis_gdpo", "run", f"Excess kurtosis of the {_GDPO} advantages {_ROWS}."),
+    SeriesSpec("adv_bimodality_gdpo", "run", f"Sarle's bimodality coefficient of the {_GDPO} advantages {_ROWS}."),
+    SeriesSpec("adv_abs_max_gdpo", "run", f"Largest |advantage| under {_GDPO} {_ROWS}."),
+    SeriesSpec("distinct_ratio_gdpo", "run", f"Mean over groups with signal of distinct {_GDPO} advantages per row."),
+    # outliers
+    SeriesSpec(
+        "outlier_group_share", "run", "Share of groups (4+ rows, totals differ) dominated by one extreme total."
+    ),
+    SeriesSpec("outlier_rest_std_grpo", "run", f"Mean std of the other rows' {_GRPO} advantages in those groups."),
+    SeriesSpec("outlier_rest_std_gdpo", "run", f"Mean std of the other rows' {_GDPO} advantages in those groups."),
+    # ties
+    SeriesSpec("differing_pairs", "run", "Pairs of valid rows of a group with different reward vectors."),
+    SeriesSpec("tied_pair_share", "run", "Share of the differing pairs whose weighted totals are equal."),
+    # correlation
+    SeriesSpec("corr_sxy", "pair", "Sum over rows with both rewards of dev_i * dev_j (group-demeaned)."),
+    SeriesSpec("corr_sxx", "pair", "Sum over rows with both rewards of dev_i^2."),
+    SeriesSpec("corr_syy", "pair", "Sum over rows with both rewards of dev_j^2."),
+    SeriesSpec("within_corr", "pair", "Within-group correlation of the pair: sxy / sqrt(sxx * syy)."),
+    # logged
+    SeriesSpec("logged_rows", "run", "Valid rows with a logged advantage."),
+    SeriesSpec("logged_abs_max", "run", "Largest |logged advantage|."),
+    SeriesSpec("logged_beyond_bound_share", "run", "Share of logged advantages beyond (n-1)/sqrt(n) + 1e-3."),
+    SeriesSpec("logged_bound", "run", "Largest group z-score bound (n-1)/sqrt(n) over the logged rows."),
+    SeriesSpec("logged_mae_grpo", "run", f"Mean |logged - recomputed {_GRPO} advantage|."),
+    SeriesSpec("logged_mae_gdpo", "run", f"Mean |logged - recomputed {_GDPO} advantage|."),
+    SeriesSpec("logged_mae_grpo_batch", "run", "Mean |logged - GRPO advantage scaled by the step's std|."),
+    SeriesSpec("logged_mae_grpo_none", "run", "Mean |logged - GRPO advantage without scaling (total - group mean)|."),
+)
+
+SERIES: dict[str, SeriesSpec] = {spec.name: spec for spec in _CATALOGUE}
+"""Every per-step series, in output order (details in the :mod:`collapse_doctor.stats` family modules)."""
+
+V = TypeVar("V")
+
+
+def series_spec(name: str) -> SeriesSpec:
+    """The catalogue entry of ``name``; an unknown name is a programming error.
+
+    >>> series_spec("within_corr").shape
+    'pair'
+    """
+    try:
+        return SERIES[name]
+    except KeyError:
+        raise KeyError(f"{name!r} is not a per-step series: add it to collapse_doctor.series.SERIES") from None
+
+
+def in_catalogue_order(values: Mapping[str, V]) -> dict[str, V]:
+    """``values`` reordered as :data:`SERIES`; raises on a name the catalogue does not hold.
+
+    >>> list(in_catalogue_order({"groups": 2, "rollouts": 16}))
+    ['rollouts', 'groups']
+    """
+    for name in values:
+        series_spec(name)
+    return {name: values[name] for name in SERIES if name in values}
 
 
 def channel_pairs(channels: tuple[str, ...] | list[str]) -> list[tuple[str, str]]:
@@ -25,7 +141,7 @@ class RunSeries:
     """Statistics per training step, sorted by step.
 
     ``values[name]`` is ``[S]`` (run-level), ``[S, C]`` (per channel, in ``channels`` order) or
-    ``[S, P]`` (per channel pair, in ``pairs`` order).
+    ``[S, P]`` (per channel pair, in ``pairs`` order), as its :data:`SERIES` entry says.
     """
 
     steps: np.ndarray
@@ -47,9 +163,12 @@ class RunSeries:
         """``{"step": [...], name: [...] | {channel: [...]} | {"a|b": [...]}}`` with NaN as null."""
         out: dict[str, Any] = {"step": [int(s) for s in self.steps]}
         for name, array in self.values.items():
-            if array.ndim == 1:
+            shape = series_spec(name).shape
+            if array.ndim != (1 if shape == "run" else 2):
+                raise ValueError(f"series {name!r} is {shape}-shaped but has {array.ndim} dimensions")
+            if shape == "run":
                 out[name] = _floats(array)
-            elif name.startswith(("corr_", "within_corr")):
+            elif shape == "pair":
                 out[name] = {f"{a}{PAIR_SEPARATOR}{b}": _floats(array[:, k]) for k, (a, b) in enumerate(self.pairs)}
             else:
                 out[name] = {c: _floats(array[:, k]) for k, c in enumerate(self.channels)}
@@ -79,23 +198,3 @@ class SeriesBuilder:
         order = np.argsort(steps, kind="stable")
         values = {name: np.concatenate(parts)[order] for name, parts in self._parts.items()}
         return RunSeries(steps=steps[order], channels=self.channels, pairs=self.pairs, values=values)
-
-
-def rolling(values: np.ndarray, window: int, how: str = "median") -> np.ndarray:
-    """Centered rolling median (or mean) ignoring NaN; the window shrinks at the edges.
-
-    >>> rolling(np.array([1.0, 9.0, 1.0, 1.0, 1.0]), 3).tolist()
-    [5.0, 1.0, 1.0, 1.0, 1.0]
-    """
-    window = max(1, int(window))
-    if window == 1 or len(values) == 0:
-        return values.astype(np.float64)
-    half = window // 2
-    padded = np.concatenate([np.full(half, np.nan), values.astype(np.float64), np.full(half, np.nan)])
-    windows = np.lib.stride_tricks.sliding_window_view(padded, 2 * half + 1)
-    import warnings
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
-        reduce = np.nanmedian if how == "median" else np.nanmean
-        return np.asarray(reduce(windows, axis=1))

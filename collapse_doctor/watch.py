@@ -16,14 +16,14 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from collapse_doctor.config import check_fail_on
-from collapse_doctor.detectors.base import Finding, Severity, severity_counts
 from collapse_doctor.errors import InputError
+from collapse_doctor.findings import Finding, Severity, check_fail_on, severity_counts
+from collapse_doctor.options import ScanOptions
 
 if TYPE_CHECKING:
-    from collapse_doctor.diagnosis import Diagnosis
+    from collapse_doctor.result import Diagnosis
 
 FindingKey = tuple[str, str, tuple[str, ...], str]
 
@@ -69,6 +69,7 @@ def _key(diagnosis: Diagnosis, finding: Finding) -> FindingKey:
 
 def watch(
     paths: Sequence[str | Path],
+    options: ScanOptions | None = None,
     *,
     interval: float = 30.0,
     fail_on: str = "never",
@@ -77,15 +78,15 @@ def watch(
     on_note: Callable[[str], None] | None = None,
     on_poll: Callable[[WatchState], None] | None = None,
     sleep: Callable[[float], None] = time.sleep,
-    **options: Any,
 ) -> WatchState:
     """Poll ``paths`` until a finding reaches ``fail_on``, ``max_polls`` polls were made, or Ctrl-C.
 
-    ``options`` go to :func:`collapse_doctor.diagnosis.diagnose_runs`. Returns the state; its ``failing``
-    finding is set when the watch stopped because of ``fail_on``.
+    ``options`` are the scan's (their ``fail_on`` is ignored: ``fail_on`` here decides). Returns the state;
+    its ``failing`` finding is set when the watch stopped because of ``fail_on``.
     """
     from collapse_doctor.incremental import IncrementalScan
 
+    scan_options = options or ScanOptions()
     level = check_fail_on(fail_on)
     threshold = None if level == "never" else Severity[level.upper()]
     scanner = IncrementalScan()
@@ -99,7 +100,7 @@ def watch(
         if current != previous:
             previous = current
             try:
-                diagnoses = scanner.diagnose_runs(paths, fail_on="never", **options)
+                diagnoses = scanner.diagnose_runs(paths, scan_options.with_(fail_on="never"))
             except InputError as exc:
                 message = exc.one_line()
                 if message != state.last_error and on_note is not None:

@@ -9,104 +9,43 @@ import time. :meth:`Detector.detect` reads the per-step series of a run and retu
 
 from __future__ import annotations
 
-import enum
 import inspect
 import re
-from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
+from collapse_doctor.errors import UsageError
+from collapse_doctor.findings import Finding, Severity, severity_counts
+from collapse_doctor.smoothing import persistent_onset, rolling
+
 if TYPE_CHECKING:
     from collapse_doctor.config import Config
-    from collapse_doctor.diagnosis import RunSummary
+    from collapse_doctor.result import RunSummary
     from collapse_doctor.scalars import ScalarSeries
     from collapse_doctor.series import RunSeries
 
+__all__ = [
+    "EXPLAIN_HEADINGS",
+    "REGISTRY",
+    "REQUIREMENTS",
+    "TARGETS",
+    "DetectionContext",
+    "Detector",
+    "Finding",
+    "Severity",
+    "explain_sections",
+    "persistent_onset",
+    "register",
+    "select",
+    "severity_counts",
+    "threshold_defaults",
+]
+
 EXPLAIN_HEADINGS: tuple[str, ...] = ("What it detects", "Why it matters", "Evidence", "Remedy")
 _CODE = re.compile(r"^CD[1-9][0-9]{2}$")
-
-
-class Severity(enum.IntEnum):
-    """How bad a finding is; ``ERROR`` marks a detector that crashed."""
-
-    INFO = 1
-    WARNING = 2
-    CRITICAL = 3
-    ERROR = 4
-
-    @property
-    def label(self) -> str:
-        return self.name.lower()
-
-    @classmethod
-    def parse(cls, text: str, *, option: str = "severity") -> Severity:
-        try:
-            return cls[text.strip().upper()]
-        except KeyError:
-            from collapse_doctor.errors import UsageError
-
-            names = ", ".join(s.label for s in cls if s is not cls.ERROR)
-            raise UsageError(f"{option} {text!r} is not one of {names}") from None
-
-
-def severity_counts(severities: Iterable[Severity]) -> str:
-    """Findings counted by severity, most severe first: ``"1 critical, 2 warnings, 1 info"`` ("" for none).
-
-    >>> severity_counts([Severity.WARNING, Severity.CRITICAL, Severity.WARNING])
-    '1 critical, 2 warnings'
-    """
-    counts = Counter(severities)
-    plural = {Severity.WARNING: "warnings", Severity.ERROR: "errors"}
-    return ", ".join(
-        f"{counts[s]} {plural.get(s, s.label) if counts[s] != 1 else s.label}" for s in sorted(counts, reverse=True)
-    )
-
-
-@dataclass(frozen=True)
-class Finding:
-    """One problem found in a run, with the numbers behind it and what to do."""
-
-    code: str
-    severity: Severity
-    title: str
-    message: str
-    channels: tuple[str, ...] = ()
-    onset_step: int | None = None
-    step_range: tuple[int, int] | None = None
-    evidence: Mapping[str, Any] = field(default_factory=dict)
-    remedy: str = ""
-    gdpo_resolves: bool | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "code": self.code,
-            "severity": self.severity.label,
-            "channels": list(self.channels),
-            "onset_step": self.onset_step,
-            "step_range": list(self.step_range) if self.step_range else None,
-            "title": self.title,
-            "message": self.message,
-            "evidence": {k: _plain(v) for k, v in self.evidence.items()},
-            "remedy": self.remedy,
-            "gdpo_resolves": self.gdpo_resolves,
-        }
-
-
-def _plain(value: Any) -> Any:
-    """JSON-friendly numbers: numpy scalars to Python, floats rounded to 4 significant decimals."""
-    if isinstance(value, (np.floating, float)):
-        number = float(value)
-        return None if not np.isfinite(number) else float(f"{number:.4g}")
-    if isinstance(value, (np.integer,)):
-        return int(value)
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    if isinstance(value, dict):
-        return {str(k): _plain(v) for k, v in value.items()}
-    return value
 
 
 @dataclass(frozen=True)
@@ -129,8 +68,6 @@ class DetectionContext:
 
     def smooth(self, values: np.ndarray) -> np.ndarray:
         """Rolling median over about half the persistence window, so one noisy step decides nothing."""
-        from collapse_doctor.series import rolling
-
         return rolling(values, max(1, self.persistence // 2) | 1)
 
     def smooth_rate(self, values: np.ndarray) -> np.ndarray:
@@ -139,8 +76,6 @@ class DetectionContext:
         A share counted over a few groups per step moves in large quanta (1 of 16 groups is 6%); its
         mean over a window estimates the underlying rate instead of reacting to one lucky step.
         """
-        from collapse_doctor.series import rolling
-
         return rolling(values, 2 * self.persistence + 1, how="mean")
 
     def sustained(self, condition: np.ndarray) -> tuple[int, int] | None:
@@ -165,7 +100,9 @@ class Detector:
     default_severity: ClassVar[Severity] = Severity.WARNING
     requires: ClassVar[tuple[str, ...]] = ("rollouts",)
     thresholds: ClassVar[Mapping[str, float | int]] = {}
-    per_channel: ClassVar[bool] = False
+    targets: ClassVar[str] = "run"
+    """What one finding is about: the whole ``run``, one ``channel``, or a channel ``pair`` (JUnit has a test
+    case per target)."""
 
     def detect(self, ctx: DetectionContext) -> list[Finding]:  # pragma: no cover - abstract
         raise NotImplementedError
@@ -204,6 +141,13 @@ class Detector:
 
 
 REGISTRY: dict[str, type[Detector]] = {}
+TARGETS = ("run", "channel", "pair")
+REQUIREMENTS = {
+    "rollouts": "needs rollouts; the input is a scalar log only",
+    "logged_advantage": "needs a logged 'advantage' column",
+    "scalars": "needs a scalar log (events, trainer_state, verl JSONL)",
+}
+"""What a detector may require, and the reason shown when a run lacks it (the runner checks it)."""
 
 
 def register(cls: type[Detector]) -> type[Detector]:
@@ -219,8 +163,18 @@ def register(cls: type[Detector]) -> type[Detector]:
         raise ValueError(f"{cls.__name__}: docstring lacks the heading(s) {missing}")
     if not getattr(cls, "name", ""):
         raise ValueError(f"{cls.__name__}: detector needs a name")
+    if cls.targets not in TARGETS:
+        raise ValueError(f"{cls.__name__}: targets {cls.targets!r} is not one of {TARGETS}")
+    unknown = [need for need in cls.requires if need not in REQUIREMENTS]
+    if unknown:
+        raise ValueError(f"{cls.__name__}: requires {unknown}; known: {sorted(REQUIREMENTS)}")
     REGISTRY[code] = cls
     return cls
+
+
+def threshold_defaults() -> dict[str, dict[str, float]]:
+    """Every registered code with its default thresholds (what a config file may set)."""
+    return {code: dict(cls.thresholds) for code, cls in sorted(REGISTRY.items())}
 
 
 def explain_sections(cls: type[Detector]) -> dict[str, str]:
@@ -233,32 +187,8 @@ def explain_sections(cls: type[Detector]) -> dict[str, str]:
     return sections
 
 
-def persistent_onset(condition: np.ndarray, min_run: int) -> tuple[int, int] | None:
-    """Where a condition holds persistently: (start, end) indices, inclusive, or ``None``.
-
-    ``start`` opens the first stretch of at least ``min_run`` consecutive True values (the onset);
-    ``end`` closes the last such stretch, so the range covers every sustained episode.
-
-    >>> persistent_onset(np.array([0, 1, 1, 0, 1, 1, 1, 1, 0, 1, 1, 1], bool), 3)
-    (4, 11)
-    >>> persistent_onset(np.array([1, 0, 1], bool), 2) is None
-    True
-    """
-    min_run = max(1, int(min_run))
-    values = np.asarray(condition, dtype=bool)
-    padded = np.concatenate([[False], values, [False]])
-    edges = np.flatnonzero(np.diff(padded.astype(np.int8)))
-    starts, ends = edges[::2], edges[1::2] - 1
-    long_enough = (ends - starts + 1) >= min_run
-    if not long_enough.any():
-        return None
-    return int(starts[long_enough][0]), int(ends[long_enough][-1])
-
-
 def select(codes: Sequence[str] | None, only: Sequence[str] | None, ignore: Sequence[str] | None) -> list[str]:
     """Codes to run, in code order, after ``--only`` and ``--ignore`` (prefixes like ``CD4`` allowed)."""
-    from collapse_doctor.errors import UsageError
-
     all_codes = sorted(codes if codes is not None else REGISTRY)
 
     def expand(patterns: Sequence[str], option: str) -> set[str]:

@@ -22,6 +22,7 @@ from collapse_doctor.detectors.remedies import (
     nanmedian,
     share_pct,
 )
+from collapse_doctor.smoothing import ratio_to_running_peak
 
 
 def variance_inflation(corr: np.ndarray) -> np.ndarray:
@@ -64,7 +65,7 @@ class Collinearity(Detector):
     code = "CD401"
     name = "reward collinearity"
     default_severity = Severity.WARNING
-    per_channel = True
+    targets = "pair"
     thresholds: ClassVar[Mapping[str, float]] = {"warn_rho": 0.85, "critical_rho": 0.95}
 
     def detect(self, ctx: DetectionContext) -> list[Finding]:
@@ -162,7 +163,7 @@ class DominantChannel(Detector):
     code = "CD402"
     name = "dominant channel"
     default_severity = Severity.WARNING
-    per_channel = True
+    targets = "channel"
     thresholds: ClassVar[Mapping[str, float]] = {"share": 0.8, "still_varies_ratio": 0.5, "stretch_factor": 2.0}
 
     def detect(self, ctx: DetectionContext) -> list[Finding]:
@@ -176,9 +177,7 @@ class DominantChannel(Detector):
         long_run = max(1, round(ctx.persistence * ctx.threshold(self.code, "stretch_factor")))
         rel = series["rel_gain"]
         smooth_rel = np.stack([ctx.smooth(rel[:, k]) for k in range(len(channels))], axis=1)
-        peak = np.fmax.accumulate(np.where(np.isfinite(smooth_rel), smooth_rel, -np.inf), axis=0)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            varies = (smooth_rel / peak > varies_ratio) & (peak > 0)
+        varies = ratio_to_running_peak(smooth_rel)[0] > varies_ratio
         findings = []
         for k, channel in enumerate(channels):
             share = ctx.smooth(series[f"signal_share_{alg}"][:, k])

@@ -15,31 +15,14 @@ from typing import ClassVar
 
 import numpy as np
 
+from collapse_doctor import scalars as S
 from collapse_doctor.detectors.base import DetectionContext, Detector, Finding, Severity, persistent_onset, register
 from collapse_doctor.detectors.remedies import aggregation_remedy, nanmedian
-from collapse_doctor.io import tags as T
-from collapse_doctor.io.tensorboard import TagPoints
-from collapse_doctor.series import rolling
+from collapse_doctor.scalars import TagPoints
+from collapse_doctor.smoothing import ratio_to_running_peak, rolling
 
 MIN_POINTS = 8
 """Fewer logged points than this say nothing about a trend: the detectors stay silent."""
-
-
-def roll(values: np.ndarray, window: int, how: str = "median") -> np.ndarray:
-    """Centered rolling median (or mean); C filters for long NaN-free series (logs have millions of points).
-
-    >>> roll(np.array([1.0, 9.0, 1.0, 1.0, 1.0]), 3).tolist()
-    [1.0, 1.0, 1.0, 1.0, 1.0]
-    """
-    window = max(1, int(window)) | 1
-    if window == 1 or len(values) < window or np.isnan(values).any():
-        return rolling(values, window, how)
-    from scipy.ndimage import median_filter, uniform_filter1d
-
-    data = values.astype(np.float64)
-    if how == "median":
-        return np.asarray(median_filter(data, size=window, mode="nearest"))
-    return np.asarray(uniform_filter1d(data, size=window, mode="nearest"))
 
 
 class ScalarDetector(Detector):
@@ -61,7 +44,7 @@ class ScalarDetector(Detector):
         return ctx.config.persistence_steps(n)
 
     def smooth(self, ctx: DetectionContext, values: np.ndarray) -> np.ndarray:
-        return roll(values, max(1, self.persistence(ctx, len(values)) // 2) | 1)
+        return rolling(values, max(1, self.persistence(ctx, len(values)) // 2) | 1)
 
     def early(self, ctx: DetectionContext, values: np.ndarray) -> float:
         """The run's early level: median of the first 10% of the points (at least the persistence window)."""
@@ -128,7 +111,7 @@ class AdvantageStdShift(ScalarDetector):
     }
 
     def detect(self, ctx: DetectionContext) -> list[Finding]:
-        name = T.ADVANTAGE_STD if self.points(ctx, T.ADVANTAGE_STD) is not None else T.REWARD_STD
+        name = S.ADVANTAGE_STD if self.points(ctx, S.ADVANTAGE_STD) is not None else S.REWARD_STD
         found = self.points(ctx, name)
         if found is None:
             return []
@@ -148,7 +131,7 @@ class AdvantageStdShift(ScalarDetector):
             tail = self.settled_level(values, stretch, persist)
             factor = level / early
             critical = kind == "collapse" and tail / early < ctx.threshold(self.code, "critical_collapse_ratio")
-            label = "advantage std" if name == T.ADVANTAGE_STD else "reward std"
+            label = "advantage std" if name == S.ADVANTAGE_STD else "reward std"
             title = f"{label} {'spikes' if kind == 'spike' else 'collapses toward 0'}"
             message = (
                 f"{label} (`{_tag(ctx, name)}`) went from {early:.3g} early in the run to {level:.3g} "
@@ -209,7 +192,7 @@ class KlOscillation(ScalarDetector):
     thresholds: ClassVar[Mapping[str, float]] = {"swing_ratio": 3.0, "min_swing": 0.3, "level_ratio": 1.5}
 
     def detect(self, ctx: DetectionContext) -> list[Finding]:
-        found = self.points(ctx, T.KL)
+        found = self.points(ctx, S.KL)
         if found is None:
             return []
         values = found.values
@@ -218,10 +201,10 @@ class KlOscillation(ScalarDetector):
         window = max(5, 2 * persist + 1)
         change = np.diff(values)
         diffs = np.concatenate([change[:1], change])
-        mean = roll(diffs, window, how="mean")
-        square = roll(diffs**2, window, how="mean")
+        mean = rolling(diffs, window, how="mean")
+        square = rolling(diffs**2, window, how="mean")
         swing_std = np.sqrt(np.maximum(square - mean**2, 0.0))
-        level = roll(np.abs(values), window)
+        level = rolling(np.abs(values), window)
         with np.errstate(invalid="ignore", divide="ignore"):
             swing = np.where(level > 0, swing_std / level, np.nan)
         head = max(window, n // 4)
@@ -249,12 +232,12 @@ class KlOscillation(ScalarDetector):
                 severity=Severity.WARNING,
                 title="KL oscillates while it climbs",
                 message=(
-                    f"KL (`{_tag(ctx, T.KL)}`) rose from {early_level:.3g} to {late_level:.3g} and its step-to-step "
+                    f"KL (`{_tag(ctx, S.KL)}`) rose from {early_level:.3g} to {late_level:.3g} and its step-to-step "
                     f"swings grew from {early_swing:.2g} to {late_swing:.2g} of its level from step "
                     f"{int(found.steps[stretch[0]])} on."
                 ),
                 evidence={
-                    "tag": _tag(ctx, T.KL),
+                    "tag": _tag(ctx, S.KL),
                     "kl_early": early_level,
                     "kl_late": late_level,
                     "relative_swing_early": early_swing,
@@ -296,7 +279,7 @@ class EntropyCollapse(ScalarDetector):
     thresholds: ClassVar[Mapping[str, float]] = {"warn_ratio": 0.3, "critical_ratio": 0.1}
 
     def detect(self, ctx: DetectionContext) -> list[Finding]:
-        found = self.points(ctx, T.ENTROPY)
+        found = self.points(ctx, S.ENTROPY)
         if found is None:
             return []
         relative = self.relative_to_early(ctx, found.values)
@@ -320,12 +303,12 @@ class EntropyCollapse(ScalarDetector):
                 severity=Severity.CRITICAL if critical else Severity.WARNING,
                 title="entropy collapsed",
                 message=(
-                    f"entropy (`{_tag(ctx, T.ENTROPY)}`) fell from {early:.3g} to {now:.3g} "
+                    f"entropy (`{_tag(ctx, S.ENTROPY)}`) fell from {early:.3g} to {now:.3g} "
                     f"({now / early:.0%} of its early level) between step {fall_from} and step "
                     f"{int(found.steps[start])}, and stayed down."
                 ),
                 evidence={
-                    "tag": _tag(ctx, T.ENTROPY),
+                    "tag": _tag(ctx, S.ENTROPY),
                     "early": early,
                     "now": now,
                     "ratio": now / early,
@@ -370,11 +353,11 @@ class ZeroStdShare(ScalarDetector):
     thresholds: ClassVar[Mapping[str, float]] = {"warn_share": 0.5, "critical_share": 0.8}
 
     def detect(self, ctx: DetectionContext) -> list[Finding]:
-        found = self.points(ctx, T.ZERO_STD_SHARE)
+        found = self.points(ctx, S.ZERO_STD_SHARE)
         if found is None:
             return []
         persist = self.persistence(ctx, len(found.values))
-        share = roll(found.values, 2 * persist + 1, how="mean")
+        share = rolling(found.values, 2 * persist + 1, how="mean")
         stretch = persistent_onset(share > ctx.threshold(self.code, "warn_share"), persist)
         if stretch is None:
             return []
@@ -392,9 +375,9 @@ class ZeroStdShare(ScalarDetector):
                 message=(
                     f"{level:.0%} of groups had identical rewards for every completion (median over steps "
                     f"{int(found.steps[stretch[0]])}-{int(found.steps[stretch[1]])}, from "
-                    f"`{_tag(ctx, T.ZERO_STD_SHARE)}`); their advantages are exactly 0."
+                    f"`{_tag(ctx, S.ZERO_STD_SHARE)}`); their advantages are exactly 0."
                 ),
-                evidence={"tag": _tag(ctx, T.ZERO_STD_SHARE), "share": level, "peak_share": peak},
+                evidence={"tag": _tag(ctx, S.ZERO_STD_SHARE), "share": level, "peak_share": peak},
                 remedy=(
                     "filter all-pass/all-fail prompts (dynamic sampling), raise num_generations or the "
                     f"temperature, or add a graded reward; with several channels, {aggregation_remedy(ctx)}"
@@ -430,23 +413,21 @@ class ChannelStdSaturation(ScalarDetector):
     code = "CD505"
     name = "channel std saturation"
     default_severity = Severity.WARNING
-    per_channel = True
+    targets = "channel"
     thresholds: ClassVar[Mapping[str, float]] = {"warn_ratio": 0.2, "critical_ratio": 0.05, "others_ratio": 0.5}
 
     def detect(self, ctx: DetectionContext) -> list[Finding]:
         if ctx.scalars is None:
             return []
-        channels = [c for c in ctx.scalars.channels if self.points(ctx, T.CHANNEL_STD + c) is not None]
+        channels = [c for c in ctx.scalars.channels if self.points(ctx, S.CHANNEL_STD + c) is not None]
         if len(channels) < 2:
             return []
         ratios: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = {}
         for channel in channels:
-            found = self.points(ctx, T.CHANNEL_STD + channel)
+            found = self.points(ctx, S.CHANNEL_STD + channel)
             assert found is not None
             smooth = self.smooth(ctx, found.values)
-            peak = np.fmax.accumulate(np.where(np.isfinite(smooth), smooth, -np.inf))
-            with np.errstate(invalid="ignore", divide="ignore"):
-                ratio = np.where(peak > 0, smooth / peak, np.nan)
+            ratio, peak = ratio_to_running_peak(smooth)
             ratios[channel] = (found.steps, ratio, peak, found.values)
         warn = ctx.threshold(self.code, "warn_ratio")
         others_floor = ctx.threshold(self.code, "others_ratio")
@@ -487,7 +468,7 @@ class ChannelStdSaturation(ScalarDetector):
                     ),
                     channels=(channel,),
                     evidence={
-                        "tag": _tag(ctx, T.CHANNEL_STD + channel),
+                        "tag": _tag(ctx, S.CHANNEL_STD + channel),
                         "std_peak": peak_value,
                         "std_peak_step": peak_at,
                         "std_now": now,
@@ -537,8 +518,8 @@ class LoggedAdvantageBound(ScalarDetector):
     thresholds: ClassVar[Mapping[str, float]] = {"group_size": 8, "tolerance": 0.05}
 
     def detect(self, ctx: DetectionContext) -> list[Finding]:
-        high = self.points(ctx, T.ADVANTAGE_MAX)
-        low = self.points(ctx, T.ADVANTAGE_MIN)
+        high = self.points(ctx, S.ADVANTAGE_MAX)
+        low = self.points(ctx, S.ADVANTAGE_MIN)
         if high is None and low is None:
             return []
         n = int(ctx.run.group_size_max) if ctx.run.group_size_max > 1 else int(ctx.threshold(self.code, "group_size"))
@@ -547,7 +528,7 @@ class LoggedAdvantageBound(ScalarDetector):
             bound *= n / (n - 1)
         limit = bound * (1 + ctx.threshold(self.code, "tolerance"))
         findings = []
-        for found, sign, name in ((high, 1.0, T.ADVANTAGE_MAX), (low, -1.0, T.ADVANTAGE_MIN)):
+        for found, sign, name in ((high, 1.0, S.ADVANTAGE_MAX), (low, -1.0, S.ADVANTAGE_MIN)):
             if found is None:
                 continue
             beyond = sign * found.values > limit

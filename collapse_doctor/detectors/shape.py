@@ -9,6 +9,7 @@ import numpy as np
 
 from collapse_doctor.detectors.base import DetectionContext, Detector, Finding, Severity, register
 from collapse_doctor.detectors.remedies import aggregation_remedy, gdpo_counterfactual, nanmedian
+from collapse_doctor.series import RECOMPUTATIONS
 
 BIMODALITY_CUTOFF = 5 / 9
 """Sarle's bimodality coefficient of a uniform distribution; above it suggests two modes."""
@@ -199,15 +200,13 @@ class AdvantageBound(Detector):
     }
 
     def detect(self, ctx: DetectionContext) -> list[Finding]:
-        from collapse_doctor.io.sources import dynamic_weight_channels
-
         series = ctx.series
         findings = []
-        candidates = ("grpo", "grpo_batch", "grpo_none", "gdpo")
+        candidates = tuple(RECOMPUTATIONS)
         maes = {c: nanmedian(series[f"logged_mae_{c}"]) for c in candidates}
         best = min(maes, key=lambda c: maes[c] if np.isfinite(maes[c]) else np.inf)
         matched = best if maes[best] <= ctx.threshold(self.code, "match_mae") else None
-        dynamic = dynamic_weight_channels(ctx.run.sources) if matched is None else ()
+        dynamic = ctx.run.dynamic_weight_channels if matched is None else ()
         claims_gdpo = ctx.run.algorithm_source == "--algo" and ctx.run.algorithm == "gdpo"
         # The bound holds only for group-scaled GRPO: batch scaling and GDPO's batch re-normalisation exceed
         # it by design. Logged values that match one of those are what the trainer claims to do.

@@ -9,6 +9,7 @@ import numpy as np
 
 from collapse_doctor.detectors.base import DetectionContext, Detector, Finding, Severity, register
 from collapse_doctor.detectors.remedies import aggregation_remedy, gdpo_counterfactual, nanmedian, share_pct
+from collapse_doctor.smoothing import ratio_to_running_peak
 
 
 @register
@@ -47,7 +48,7 @@ class RelGainDecay(Detector):
     code = "CD101"
     name = "rel_gain decay"
     default_severity = Severity.WARNING
-    per_channel = True
+    targets = "channel"
     thresholds: ClassVar[Mapping[str, float]] = {"warn_ratio": 0.25, "critical_ratio": 0.1}
 
     def detect(self, ctx: DetectionContext) -> list[Finding]:
@@ -58,10 +59,8 @@ class RelGainDecay(Detector):
         for k, channel in enumerate(series.channels):
             raw = series["rel_gain"][:, k]
             smooth = ctx.smooth(raw)
-            peak = np.fmax.accumulate(np.where(np.isfinite(smooth), smooth, -np.inf))
-            with np.errstate(invalid="ignore", divide="ignore"):
-                ratio = smooth / peak
-            stretch = ctx.sustained((peak > 0) & (ratio < warn))
+            ratio, peak = ratio_to_running_peak(smooth)
+            stretch = ctx.sustained(ratio < warn)
             if stretch is None:
                 continue
             start, end = stretch

@@ -22,7 +22,8 @@ from collapse_doctor.errors import SchemaError
 from collapse_doctor.io.jsonl import read_jsonl
 from collapse_doctor.io.table_run import TableRun
 
-_STEP_IN_NAME = re.compile(r"train_data_step(\d+)\.jsonl")
+FILE_NAME = re.compile(r"train_data_step(\d+)\.jsonl")
+"""NeMo-RL's training data file name, ``train_data_step<N>.jsonl``."""
 
 
 def _prompt_and_completion(content: Any) -> tuple[str, str]:
@@ -56,7 +57,7 @@ def open_nemo_rl(
     """Read NeMo-RL ``train_data_step<N>.jsonl`` files into one canonical run."""
     steps, prompts, completions, rewards, advantages = [], [], [], [], []
     for path in files:
-        found = _STEP_IN_NAME.fullmatch(path.name)
+        found = FILE_NAME.fullmatch(path.name)
         step = int(found.group(1)) if found else 0
         for number, row in enumerate(read_jsonl(path), start=1):
             if "rewards" not in row:

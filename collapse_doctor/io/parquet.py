@@ -15,7 +15,6 @@ Every problem is raised before the first step is handed on, except those only vi
 
 from __future__ import annotations
 
-import glob
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -29,6 +28,7 @@ import pyarrow.parquet as pq
 
 from collapse_doctor.batching import StackedChunk, chunk_steps, stack_chunk
 from collapse_doctor.errors import InputError, SchemaError
+from collapse_doctor.io.paths import expand_paths
 from collapse_doctor.schema import (
     GROUND_TRUTH_METADATA_KEY,
     ColumnMap,
@@ -43,35 +43,32 @@ from collapse_doctor.schema import (
 BATCH_ROWS = 262_144
 PARQUET_SUFFIXES = (".parquet", ".pq", ".parq")
 _MAGIC = b"PAR1"
+DYNAMIC_WEIGHT_PREFIX = "weight/"
+"""Per-row channel weight columns, as ``collapse-doctor retrain --algo gdpo-dynamic`` writes them."""
+
+
+def _parquet_kind(path: Path) -> str | None:
+    return "parquet" if path.suffix in PARQUET_SUFFIXES else None
+
+
+def _no_parquet_files(text: str, inside: list[Path]) -> InputError:
+    return InputError(f"{text}: directory holds no Parquet files (*.parquet)")
 
 
 def resolve_inputs(paths: Sequence[str | Path]) -> list[Path]:
-    """Expand files, directories (recursively, ``*.parquet``) and glob patterns into a file list."""
-    if not paths:
-        raise InputError("no input given", hint="pass a Parquet file, a directory or a glob")
-    files: list[Path] = []
-    for raw in paths:
-        text = str(raw)
-        path = Path(text)
-        if path.is_dir():
-            found = sorted(p for p in path.rglob("*") if p.suffix in PARQUET_SUFFIXES and p.is_file())
-            if not found:
-                raise InputError(f"{text}: directory holds no Parquet files (*.parquet)")
-            files.extend(found)
-        elif path.exists():
-            files.append(path)
-        elif glob.has_magic(text):
-            matched = sorted(Path(p) for p in glob.glob(text, recursive=True) if Path(p).is_file())
-            if not matched:
-                raise InputError(f"{text}: pattern matches no file")
-            files.extend(matched)
-        else:
-            raise InputError(f"{text}: no such file or directory")
-    # The same file named twice (a glob plus a path) must not double every row.
-    unique: dict[Path, Path] = {}
-    for f in files:
-        unique.setdefault(f.resolve(), f)
-    return list(unique.values())
+    """Expand files, directories (recursively, ``*.parquet``) and glob patterns into a file list, each once."""
+    expansion = expand_paths(paths, kind_of=_parquet_kind, empty_directory=_no_parquet_files)
+    return [path for _, path in expansion.files]
+
+
+def weight_channels(names: Sequence[str]) -> tuple[str, ...]:
+    """Channels with a ``weight/<channel>`` column among a table's column names (dynamic channel weights).
+
+    >>> weight_channels(["step", "weight/format", "reward/format", "weight/"])
+    ('format',)
+    """
+    prefix = DYNAMIC_WEIGHT_PREFIX
+    return tuple(n[len(prefix) :] for n in names if n.startswith(prefix) and len(n) > len(prefix))
 
 
 def open_parquet(path: Path) -> pq.ParquetFile:
@@ -202,7 +199,27 @@ class ParquetRun:
     ) -> None:
         self.check_rewards_first = check_rewards_first
         self.files = resolve_inputs(paths)
-        self._handles = [open_parquet(p) for p in self.files]
+        self._open(
+            [open_parquet(p) for p in self.files],
+            step_col=step_col,
+            group_col=group_col,
+            reward_cols=reward_cols,
+            group_size=group_size,
+            weights=weights,
+        )
+
+    def _open(
+        self,
+        handles: list[pq.ParquetFile],
+        *,
+        step_col: str | None,
+        group_col: str | None,
+        reward_cols: Sequence[str] | None,
+        group_size: int | None,
+        weights: dict[str, float] | None,
+    ) -> None:
+        """Discover the columns in the first file, check the others against them, and run pass 1."""
+        self._handles = handles
         first = self._handles[0]
         self.columns: ColumnMap = discover_columns(
             first.schema_arrow,
@@ -216,17 +233,16 @@ class ParquetRun:
             check_same_layout(handle.schema_arrow, self.columns, source=str(path))
         self.metadata: dict[bytes, bytes] = dict(first.metadata.metadata or {}) if first.metadata else {}
         stored = metadata_weights(self.metadata, source=str(self.files[0]))
-        self.weights = resolve_weights(self.columns.channels, weights or {}, stored)
+        self.channels: tuple[str, ...] = self.columns.channels
+        self.weights = resolve_weights(self.channels, weights or {}, stored)
+        self.dynamic_weight_channels = weight_channels(first.schema_arrow.names)
+        """Channels whose per-row weights the rollouts carry (``weight/<channel>`` columns of the first file)."""
         self.notes = IngestNotes()
         self._last_row: dict[int, int] = {}
         self.num_rows = 0
         self.sorted_steps = True
         """Whether steps never decrease in reading order (then :meth:`iter_chunks` takes its fast path)."""
         self._scan()
-
-    @property
-    def channels(self) -> tuple[str, ...]:
-        return self.columns.channels
 
     @property
     def steps(self) -> list[int]:

@@ -69,6 +69,12 @@ def _trainer_key(key: str) -> str:
 
 def read_trainer_state(path: str | Path) -> ScalarLog:
     """TRL / transformers ``trainer_state.json``: every numeric entry of ``log_history``."""
+    return merge_reads([trainer_state_records(path)])
+
+
+def trainer_state_records(path: str | Path) -> EventFileRead:
+    """The numeric entries of a ``trainer_state.json`` ``log_history`` as one read (the file is rewritten, so
+    it is always read whole)."""
     path = Path(path)
     try:
         state = json.loads(path.read_text(encoding="utf-8"))
@@ -91,7 +97,7 @@ def read_trainer_state(path: str | Path) -> ScalarLog:
             _trainer_key(k): n for k, v in entry.items() if k not in ("step", "epoch") and (n := _number(v)) is not None
         }
         records.append((int(entry["step"]), data))
-    return merge_reads([records_to_read(path, records)])
+    return records_to_read(path, records)
 
 
 def _jsonl_lines(path: Path, start: int) -> tuple[list[tuple[int, str]], int]:

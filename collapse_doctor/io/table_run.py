@@ -16,12 +16,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from collapse_doctor.errors import InputError
-from collapse_doctor.io.parquet import IngestNotes, ParquetRun
-from collapse_doctor.schema import WEIGHTS_METADATA_KEY, discover_columns, metadata_weights, resolve_weights
+from collapse_doctor.io.parquet import ParquetRun
+from collapse_doctor.schema import WEIGHTS_METADATA_KEY
 
 
 class TableRun(ParquetRun):
-    """A :class:`ParquetRun` over an in-memory table; ``files`` names the directory it came from."""
+    """A :class:`ParquetRun` over an in-memory table; ``files`` names the directory it came from, ``sources``
+    the files. Its ``dynamic_weight_channels`` come from the table's ``weight/<channel>`` columns, if any."""
 
     def __init__(
         self,
@@ -44,24 +45,14 @@ class TableRun(ParquetRun):
         pq.write_table(table, sink)
         self.files = [label]
         self.sources = list(sources)
-        self._handles = [pq.ParquetFile(pa.BufferReader(sink.getvalue()), pre_buffer=False)]
-        first = self._handles[0]
-        self.columns = discover_columns(
-            first.schema_arrow,
-            source=str(label),
+        self._open(
+            [pq.ParquetFile(pa.BufferReader(sink.getvalue()), pre_buffer=False)],
             step_col=step_col,
             group_col=group_col,
             reward_cols=reward_cols,
             group_size=group_size,
+            weights=weights,
         )
-        self.metadata = dict(first.metadata.metadata or {}) if first.metadata else {}
-        stored = metadata_weights(self.metadata, source=str(label))
-        self.weights = resolve_weights(self.columns.channels, weights or {}, stored)
-        self.notes = IngestNotes()
-        self._last_row = {}
-        self.num_rows = 0
-        self.sorted_steps = True
-        self._scan()
 
 
 def consecutive_groups(prompts: Sequence[str], group_size: int | None = None) -> list[int]:

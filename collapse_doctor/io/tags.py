@@ -1,53 +1,48 @@
-"""Which trainer wrote a scalar log, and what its tags mean.
+"""Which trainer wrote a scalar log, what its tags mean, and the log in canonical names.
 
 Every framework names the same quantities differently. A tag map turns a framework's tags into the
-canonical scalar names that the CD5xx detectors read (docs/input-formats.md lists them with the
-framework versions they were checked against). The framework is recognised by which map explains the most
-tags; per-channel reward tags become channels (``channel_mean/<name>``, ``channel_std/<name>``).
+canonical scalar names (:mod:`collapse_doctor.scalars`) that the CD5xx detectors read (docs/input-formats.md
+lists them with the framework versions they were checked against). The framework is recognised by which map
+explains the most tags; per-channel reward tags become channels (``channel_mean/<name>``,
+``channel_std/<name>``). :func:`scalar_series` applies the map to a run's raw tags and derives the share of
+zero-variance groups where a framework logs it another way.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
-# Canonical scalar names.
-REWARD = "reward"
-REWARD_STD = "reward_std"
-ZERO_STD_SHARE = "frac_reward_zero_std"
-KL = "kl"
-ENTROPY = "entropy"
-ADVANTAGE_MEAN = "advantage_mean"
-ADVANTAGE_STD = "advantage_std"
-ADVANTAGE_MAX = "advantage_max"
-ADVANTAGE_MIN = "advantage_min"
-CLIP_RATIO = "clip_ratio"
-LOSS = "loss"
-GRAD_NORM = "grad_norm"
-COMPLETION_LENGTH = "completion_length"
-PCT_ALL_FAIL = "pct_all_fail"
-"""NeMo-RL's share (in percent) of prompts whose baseline reward is 0: every completion failed."""
-PCT_ALL_PASS = "pct_all_pass"
-PASS_RATE = "dynamic_filtering_pass_rate"
-CHANNEL_MEAN = "channel_mean/"
-CHANNEL_STD = "channel_std/"
-CHANNEL_REL_GAIN = "channel_rel_gain/"
-"""Per-channel rel_gain (mean within-group max - min), as ``collapse-doctor retrain`` logs it."""
-CHANNEL_SIGNAL_SHARE = "channel_signal_share/"
-"""Per-channel share of the within-group advantage variance under the retrain's algorithm."""
-CHANNEL_WEIGHT = "channel_weight/"
-CHANNEL_ZERO_VAR_SHARE = "channel_zero_var_share/"
-"""Per-channel share of groups in which the channel is constant."""
-CHANNEL_PREFIXES = (
+import numpy as np
+
+from collapse_doctor.scalars import (
+    ADVANTAGE_MAX,
+    ADVANTAGE_MEAN,
+    ADVANTAGE_MIN,
+    ADVANTAGE_STD,
     CHANNEL_MEAN,
-    CHANNEL_STD,
     CHANNEL_REL_GAIN,
     CHANNEL_SIGNAL_SHARE,
+    CHANNEL_STD,
     CHANNEL_WEIGHT,
     CHANNEL_ZERO_VAR_SHARE,
+    CLIP_RATIO,
+    COMPLETION_LENGTH,
+    ENTROPY,
+    GRAD_NORM,
+    KL,
+    LOSS,
+    PASS_RATE,
+    PCT_ALL_FAIL,
+    PCT_ALL_PASS,
+    REWARD,
+    REWARD_STD,
+    ZERO_STD_SHARE,
+    ScalarSeries,
+    TagPoints,
 )
-"""Canonical per-channel series: ``<prefix><channel>``."""
 
 FRAMEWORKS = ("trl", "verl", "openrlhf", "nemo_rl")
 
@@ -213,3 +208,48 @@ def detect_framework(tags: Iterable[str]) -> str | None:
     if choice is None and map_tags(tags, MONITOR):
         return MONITOR
     return choice
+
+
+def _aligned(a: TagPoints, b: TagPoints) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    steps, ia, ib = np.intersect1d(a.steps, b.steps, return_indices=True)
+    return steps, a.values[ia], b.values[ib]
+
+
+def scalar_series(
+    raw: Mapping[str, TagPoints],
+    *,
+    points: int,
+    sources: Sequence[Path] = (),
+    notes: Sequence[str] = (),
+    framework: str | None = None,
+) -> ScalarSeries:
+    """Map raw tags to canonical series (framework auto-detected unless given) and add derived ones.
+
+    The share of zero-variance groups is derived from NeMo-RL's ``pct_0 + pct_1`` (percentages) or from
+    OpenRLHF's dynamic-filtering pass rate when the run does not log it directly.
+    """
+    framework = framework or detect_framework(raw)
+    mapping = map_tags(raw, framework) if framework else {}
+    for name, tag in map_tags(raw, MONITOR).items():
+        mapping.setdefault(name, tag)  # collapse-doctor's own monitor, when the trainer does not log it
+    series = {name: raw[tag] for name, tag in mapping.items()}
+    tags = dict(mapping)
+    if ZERO_STD_SHARE not in series:
+        fail, ok = series.get(PCT_ALL_FAIL), series.get(PCT_ALL_PASS)
+        if fail is not None and ok is not None:
+            steps, a, b = _aligned(fail, ok)
+            series[ZERO_STD_SHARE] = TagPoints(steps, (a + b) / 100.0)
+            tags[ZERO_STD_SHARE] = f"({mapping[PCT_ALL_FAIL]} + {mapping[PCT_ALL_PASS]}) / 100"
+        elif PASS_RATE in series:
+            rate = series[PASS_RATE]
+            series[ZERO_STD_SHARE] = TagPoints(rate.steps, 1.0 - rate.values)
+            tags[ZERO_STD_SHARE] = f"1 - {mapping[PASS_RATE]}"
+    return ScalarSeries(
+        framework=framework,
+        series=dict(sorted(series.items())),
+        tags=tags,
+        points=points,
+        sources=tuple(sources),
+        notes=list(notes),
+        raw_tags=tuple(sorted(raw)),
+    )

@@ -23,7 +23,7 @@ the point with the latest wall time.
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -32,18 +32,15 @@ import numpy as np
 from collapse_doctor.errors import InputError
 from collapse_doctor.io.crc32c import NATIVE_CRC, VECTOR_MAX_BYTES, masked_crc32c, masked_crc32c_many
 from collapse_doctor.io.event_fastpath import decode_simple_values
+from collapse_doctor.scalars import TagPoints
 
-EVENT_FILE_MARK = "tfevents"
+__all__ = ["EventFileRead", "ScalarLog", "merge_reads", "read_event_file", "read_from"]
+
 _HEADER = 12
 _FOOTER = 4
 _DT_FLOAT, _DT_DOUBLE, _DT_INT32, _DT_INT64, _DT_HALF = 1, 2, 3, 9, 19
 _TENSOR_DTYPES = {_DT_FLOAT: np.float32, _DT_DOUBLE: np.float64, _DT_INT32: np.int32, _DT_INT64: np.int64}
 _SESSION_START = 1
-
-
-def is_event_file(path: Path) -> bool:
-    """TensorBoard names event files ``events.out.tfevents.<time>.<host>...``."""
-    return EVENT_FILE_MARK in path.name and path.is_file()
 
 
 @dataclass
@@ -243,14 +240,6 @@ def read_event_file(path: str | Path, *, start: int = 0) -> EventFileRead:
     )
 
 
-@dataclass(frozen=True)
-class TagPoints:
-    """One tag's points, sorted by step, one point per step."""
-
-    steps: np.ndarray
-    values: np.ndarray
-
-
 @dataclass
 class ScalarLog:
     """All scalar tags of one run (one or more event files), deduplicated."""
@@ -320,9 +309,3 @@ def merge_reads(reads: Sequence[EventFileRead]) -> ScalarLog:
         purged=purged,
         truncated=tuple(r.path for r in reads if r.truncated),
     )
-
-
-def read_scalars(files: Iterable[str | Path]) -> ScalarLog:
-    """Every scalar of one run's event files (read in name order, which TensorBoard makes time order)."""
-    paths = sorted((Path(f) for f in files), key=lambda p: (p.name, str(p)))
-    return merge_reads([read_event_file(p) for p in paths])

@@ -25,7 +25,8 @@ from collapse_doctor.io.table_run import TableRun, consecutive_groups
 from collapse_doctor.schema import channel_column
 
 NOT_REWARDS = frozenset({"step", "advantage", "completion_length", "num_tokens", "epoch", "group_id"})
-_STEP_IN_NAME = re.compile(r"completions_(\d+)\.parquet")
+FILE_NAME = re.compile(r"completions_(\d+)\.parquet")
+"""TRL's file name, ``completions_<step>.parquet``."""
 
 
 def _text(column: pa.ChunkedArray) -> list[str]:
@@ -48,7 +49,7 @@ def open_trl_completions(
 ) -> TableRun:
     """Read TRL completions tables into one canonical run."""
     tables = []
-    for path in sorted(files, key=lambda p: (int(m.group(1)) if (m := _STEP_IN_NAME.fullmatch(p.name)) else -1, p)):
+    for path in sorted(files, key=lambda p: (int(m.group(1)) if (m := FILE_NAME.fullmatch(p.name)) else -1, p)):
         try:
             table = open_parquet(path).read()
         except (pa.ArrowException, OSError) as exc:
@@ -57,7 +58,7 @@ def open_trl_completions(
                 hint="the file may be truncated or corrupt; if TRL is still writing it, wait for it to be closed",
             ) from exc
         if "step" not in table.column_names:
-            found = _STEP_IN_NAME.fullmatch(path.name)
+            found = FILE_NAME.fullmatch(path.name)
             step = int(found.group(1)) if found else 0
             table = table.append_column("step", pa.array(np.full(table.num_rows, step, dtype=np.int64)))
         tables.append(table)

@@ -22,7 +22,8 @@ from collapse_doctor.io.table_run import TableRun
 from collapse_doctor.schema import channel_column
 
 KNOWN_KEYS = frozenset({"input", "output", "score", "step", "gts", "request_id", "uid"})
-_STEP_IN_NAME = re.compile(r"(\d+)\.jsonl")
+FILE_NAME = re.compile(r"(\d+)\.jsonl")
+"""verl's rollout dump name, ``<step>.jsonl``."""
 
 
 def _is_number(value: Any) -> bool:
@@ -40,7 +41,7 @@ def open_verl_rollouts(
     """Read verl rollout dumps into one canonical run."""
     rows: list[dict[str, Any]] = []
     for path in files:
-        found = _STEP_IN_NAME.fullmatch(path.name)
+        found = FILE_NAME.fullmatch(path.name)
         for row in read_jsonl(path):
             row.setdefault("step", int(found.group(1)) if found else 0)
             rows.append(row)

@@ -8,9 +8,9 @@ from collections.abc import Sequence
 from pathlib import PurePath
 from xml.etree import ElementTree as ET
 
-from collapse_doctor.detectors import REGISTRY, Finding, Severity
-from collapse_doctor.detectors.remedies import share_pct
-from collapse_doctor.diagnosis import VERDICTS, Diagnosis
+from collapse_doctor.findings import VERDICTS, Finding, Severity
+from collapse_doctor.numbers import pct, share_pct
+from collapse_doctor.result import Diagnosis
 
 
 def describe_sources(sources: Sequence[str], shown: int = 3) -> str:
@@ -45,16 +45,24 @@ def _dir(path: PurePath) -> str:
     return text if text.endswith(("/", "\\")) else text + "/"
 
 
+def _targets(code: str) -> str:
+    """What one finding of a detector is about: ``run``, ``channel`` or ``pair`` (JUnit has a case per target)."""
+    from collapse_doctor.detectors import REGISTRY
+
+    detector = REGISTRY.get(code)
+    return detector.targets if detector is not None else "run"
+
+
 def _cases(diagnosis: Diagnosis) -> list[tuple[str, str, list[Finding]]]:
     """(code, case name, findings) per detector, and per channel (or pair) for per-channel detectors."""
     cases: list[tuple[str, str, list[Finding]]] = []
     series = diagnosis.series
-    for code in diagnosis.detectors:
-        detector = REGISTRY[code]
+    for code, name in diagnosis.detectors.items():
         found = [f for f in diagnosis.findings if f.code == code]
-        base = f"{code} {detector.name}"
-        if detector.per_channel and code not in diagnosis.skipped:
-            targets = [" / ".join(p) for p in series.pairs] if code == "CD401" else list(series.channels)
+        base = f"{code} {name}"
+        targets_of = _targets(code)
+        if targets_of != "run" and code not in diagnosis.skipped:
+            targets = [" / ".join(p) for p in series.pairs] if targets_of == "pair" else list(series.channels)
             crashed = [f for f in found if f.severity == Severity.ERROR]
             for target in targets:
                 names = target.split(" / ")
@@ -148,11 +156,6 @@ def _fmt(value: float | None) -> str:
     return f"{value:.2f}"
 
 
-def _share(value: float | None) -> str:
-    """A covariance variance share as a percentage, clipped to [0%, 100%] (the JSON keeps the exact value)."""
-    return "-" if value is None else share_pct(value)
-
-
 def markdown_summary(diagnosis: Diagnosis) -> str:
     """A Markdown summary for $GITHUB_STEP_SUMMARY or a pull-request comment."""
     run = diagnosis.run
@@ -187,12 +190,10 @@ def markdown_summary(diagnosis: Diagnosis) -> str:
         "|---|---:|---:|---:|---:|",
     ]
     for row in diagnosis.channel_table():
-        share = f"{_share(row['signal_share_grpo'])} / {_share(row['signal_share_gdpo'])}"
-        constant = row["zero_variance_share"]
-        constant_text = f"{constant:.0%}" if constant is not None and math.isfinite(constant) else "-"
+        share = f"{share_pct(row['signal_share_grpo'])} / {share_pct(row['signal_share_gdpo'])}"
         out.append(
             f"| {_md(row['channel'])} | {row['weight']:g} | {_fmt(row['rel_gain_peak'])} -> "
-            f"{_fmt(row['rel_gain_now'])} | {share} | {constant_text} |"
+            f"{_fmt(row['rel_gain_now'])} | {share} | {pct(row['zero_variance_share'])} |"
         )
     return _markdown_findings(diagnosis, out)
 

@@ -1,27 +1,31 @@
 """What the HTML report shows beyond the per-step series, gathered during the scan.
 
-The report renders a :class:`~collapse_doctor.diagnosis.Diagnosis` and computes nothing of its own;
+The report renders a :class:`~collapse_doctor.result.Diagnosis` and computes nothing of its own;
 what the series do not hold is gathered here, bounded in memory whatever the run's length:
 
-- :class:`ReportCollector` is a ``diagnose(..., collectors=[...])`` hook. Per step it bins the GRPO
-  and GDPO advantages into fixed bins (one ``bincount`` per chunk), keeping at most
-  :data:`MAX_HISTOGRAM_STEPS` steps (every 2nd, 4th... step once a run is longer), and it keeps a
-  bounded, evenly spread sample of (logged, recomputed) advantage pairs when the run logged them.
-- :func:`read_example_groups` re-reads the few steps around a finding's onset after the detectors ran
-  (the chunks carry no text) and recomputes those groups' advantages, for the example-groups table.
+- :class:`ReportCollector` is a :class:`~collapse_doctor.pipeline.RunCollector` (pass the class as
+  ``ScanHooks(collector=ReportCollector)``: it is built per run from the run's inputs and read options).
+  ``collect()`` sees every chunk: per step it bins the GRPO and GDPO advantages into fixed bins (one
+  ``bincount`` per chunk), keeping at most :data:`MAX_HISTOGRAM_STEPS` steps (every 2nd, 4th... step once a
+  run is longer), and it keeps a bounded, evenly spread sample of (logged, recomputed) advantage pairs when
+  the run logged them. ``finish()`` returns the :class:`ReportExtras`.
+- :func:`read_example_groups` re-reads the few steps around a finding's onset from the run's inputs after the
+  detectors ran (the chunks carry no text) and recomputes those groups' advantages, for the example-groups
+  table.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 if TYPE_CHECKING:
-    from collapse_doctor.diagnosis import Diagnosis
+    from collapse_doctor.io.discovery import RunInputs
+    from collapse_doctor.options import ReadOptions
+    from collapse_doctor.result import Diagnosis
     from collapse_doctor.schema import RolloutBatch
     from collapse_doctor.stats import ChunkInput
 
@@ -97,9 +101,22 @@ class ReportExtras:
 
 
 class ReportCollector:
-    """A ``diagnose`` collector: per-step advantage histograms and a logged-vs-recomputed sample."""
+    """The report's run collector: per-step advantage histograms, a logged-vs-recomputed sample, example groups.
 
-    def __init__(self, *, limit: float = HISTOGRAM_LIMIT, bins: int = HISTOGRAM_BINS) -> None:
+    ``inputs`` and ``read`` are the run's (the pipeline passes them); the example groups are re-read from them
+    by :meth:`finish`. Without ``inputs`` there are no example groups.
+    """
+
+    def __init__(
+        self,
+        inputs: RunInputs | None = None,
+        read: ReadOptions | None = None,
+        *,
+        limit: float = HISTOGRAM_LIMIT,
+        bins: int = HISTOGRAM_BINS,
+    ) -> None:
+        self.inputs = inputs
+        self.read = read
         self.edges = np.linspace(-limit, limit, bins + 1)
         self._limit = limit
         self._bins = bins
@@ -113,7 +130,8 @@ class ReportCollector:
         self._sample_every = 1
         self._rows_seen = 0
 
-    def __call__(self, steps: np.ndarray, chunk: ChunkInput) -> None:
+    def collect(self, steps: np.ndarray, chunk: ChunkInput) -> None:
+        """Bin one chunk's advantages per step (``steps``: the chunk's step numbers) and sample its rows."""
         import torch
 
         valid = ~torch.isnan(chunk.rewards).all(dim=1)
@@ -194,28 +212,16 @@ class ReportCollector:
         sample = self._sample[:, np.isfinite(self._sample[2])]
         return LoggedSample(steps=sample[1].astype(np.int64), logged=sample[2], grpo=sample[3], gdpo=sample[4])
 
-    def extras(
-        self,
-        diagnosis: Diagnosis,
-        read_options: dict[str, Any] | None = None,
-        *,
-        paths: Sequence[str | Path] | None = None,
-    ) -> ReportExtras:
-        """The collected parts plus example groups re-read around the main finding's onset.
-
-        ``paths`` are the inputs as given to ``diagnose`` (default: the run's sources).
-        """
+    def finish(self, diagnosis: Diagnosis) -> ReportExtras:
+        """The collected parts plus example groups re-read from the run's inputs around the main finding's onset."""
         from collapse_doctor.errors import CollapseDoctorError
 
-        options = {k: v for k, v in (read_options or {}).items() if k in _RUN_OPTIONS}
-        wanted = example_steps(diagnosis) if diagnosis.run.rollouts else {}
+        wanted = example_steps(diagnosis) if diagnosis.run.rollouts and self.inputs is not None else {}
         examples: tuple[ExampleGroup, ...] = ()
         notes: list[str] = []
-        if wanted:
+        if wanted and self.inputs is not None:
             try:
-                examples = read_example_groups(
-                    paths or diagnosis.run.sources, wanted, run_name=diagnosis.run.name, **options
-                )
+                examples = read_example_groups(self.inputs, wanted, self.read)
             except CollapseDoctorError as exc:  # the rest of the report stands without the examples
                 notes.append(f"example groups could not be re-read: {exc.one_line()}")
         return ReportExtras(
@@ -224,10 +230,6 @@ class ReportCollector:
             examples=examples,
             notes=tuple(notes),
         )
-
-
-_RUN_OPTIONS = ("step_col", "group_col", "reward_cols", "group_size", "weights")
-"""The read options of ``diagnose`` that the rollout readers take too."""
 
 
 def example_steps(diagnosis: Diagnosis) -> dict[int, str]:
@@ -251,20 +253,20 @@ def example_steps(diagnosis: Diagnosis) -> dict[int, str]:
 
 
 def read_example_groups(
-    paths: Sequence[str | Path],
+    inputs: RunInputs,
     wanted: dict[int, str],
+    read: ReadOptions | None = None,
     *,
-    run_name: str | None = None,
     per_step: int = EXAMPLE_GROUPS_PER_STEP,
-    **run_options: Any,
 ) -> tuple[ExampleGroup, ...]:
-    """Re-read the ``wanted`` steps and pick the groups where GRPO and GDPO disagree most.
+    """Re-read the ``wanted`` steps of a run and pick the groups where GRPO and GDPO disagree most.
 
-    Reading stops once every wanted step has been seen (steps come in order for sorted input).
+    ``inputs`` are the run's files as the scan found them (nothing is discovered again), ``read`` its read
+    options. Reading stops once every wanted step has been seen (steps come in order for sorted input).
     """
-    from collapse_doctor.io.sources import choose_run, discover_runs, open_rollouts
+    from collapse_doctor.io.open import open_rollouts
 
-    run: Any = open_rollouts(choose_run(discover_runs(paths), run_name), **run_options)
+    run: Any = open_rollouts(inputs, read)
     if run is None:
         return ()
     remaining = dict(wanted)

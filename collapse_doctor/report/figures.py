@@ -18,9 +18,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from collapse_doctor.series import RECOMPUTATIONS
+
 if TYPE_CHECKING:
-    from collapse_doctor.diagnosis import Diagnosis
     from collapse_doctor.report.collect import AdvantageHistograms, LoggedSample, ReportExtras
+    from collapse_doctor.result import Diagnosis
 
 MAX_POINTS = 1200
 """Points per line before a series is thinned for display (pairs of bucket min and max)."""
@@ -42,7 +44,8 @@ STEP_PICK_COLORS = ("#9ecae1", "#3182bd", "#08306b")
 FINDING_COLOR = "rgba(214, 39, 40, 0.08)"
 ADV_STD_BAND = (0.3, 1.5)
 """Healthy band of the advantage std (DESIGN.md defaults)."""
-COLLINEAR_RHO = 0.85
+COLLINEAR = ("CD401", "warn_rho")
+"""The threshold drawn on the correlation chart: CD401's configured |rho| (the run's config, else the default)."""
 MAX_SLIDER_STEPS = 400
 """Steps the histogram slider offers on a long run (each is 2 x 64 numbers in the page)."""
 
@@ -637,7 +640,7 @@ def histogram_payload(diagnosis: Diagnosis, hist: AdvantageHistograms) -> dict[s
 
 def logged_charts(fig: StepFigures, sample: LoggedSample | None) -> list[Chart]:
     s = fig.series
-    names = {"grpo": "GRPO (group std)", "grpo_batch": "GRPO (batch std)", "grpo_none": "GRPO (no std)", "gdpo": "GDPO"}
+    names = RECOMPUTATIONS
     colors = {"grpo": ALGO_COLORS["grpo"], "grpo_batch": "#ff9896", "grpo_none": "#c49c94", "gdpo": ALGO_COLORS["gdpo"]}
     traces = [fig.line(s[f"logged_mae_{k}"], v, colors[k]) for k, v in names.items() if f"logged_mae_{k}" in s]
     charts = [
@@ -739,11 +742,12 @@ def resolution_section(fig: StepFigures) -> Section:
 
 def correlation_section(fig: StepFigures) -> Section:
     s = fig.series
+    rho = float(fig.diagnosis.config.threshold(*COLLINEAR))
     section = Section(
         "correlation",
         "Channel correlation",
         "Correlation of the channels within groups (rewards minus their group mean). Two channels above "
-        f"|rho| = {COLLINEAR_RHO} count the same signal twice (CD401).",
+        f"|rho| = {rho:g} count the same signal twice (CD401).",
     )
     if not s.pairs or "corr_sxy" not in s:
         section.missing = "One reward channel: no pairs to correlate."
@@ -791,8 +795,8 @@ def correlation_section(fig: StepFigures) -> Section:
             f"Strongest pair over steps: {a} / {b}",
             [
                 fig.line(s["within_corr"][:, strongest], f"rho({plot_text(a)}, {plot_text(b)})", "#1f77b4"),
-                fig.level(COLLINEAR_RHO, f"|rho| = {COLLINEAR_RHO}", "#b22222"),
-                fig.level(-COLLINEAR_RHO, "", "#b22222"),
+                fig.level(rho, f"|rho| = {rho:g}", "#b22222"),
+                fig.level(-rho, "", "#b22222"),
             ],
             fig.layout("within-group correlation", y_range=[-1.05, 1.05]),
             note=fig.note(),

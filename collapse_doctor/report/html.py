@@ -2,9 +2,9 @@
 
 :func:`build_report` renders a Diagnosis (and the optional :class:`ReportExtras` gathered during the
 scan) into one HTML page: plotly.js embedded once, the figures as JSON data, no network fetch. Every
-string that comes from the logs is HTML-escaped. :func:`write_report` writes it atomically and
-:func:`make_report` is the whole pipeline behind the CLI (scan with collectors, re-read example
-groups, render, write).
+string that comes from the logs is HTML-escaped. :func:`write_report` writes it atomically.
+The CLI writes it through :mod:`collapse_doctor.report.outputs` like every other output
+(:func:`~collapse_doctor.report.outputs.make_report` is the one call from Python).
 """
 
 from __future__ import annotations
@@ -18,14 +18,14 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from collapse_doctor.detectors.base import severity_counts
-from collapse_doctor.detectors.remedies import share_pct
-from collapse_doctor.report.collect import ExampleGroup, ReportCollector, ReportExtras
+from collapse_doctor.findings import VERDICTS, severity_counts
+from collapse_doctor.numbers import pct, share_pct
+from collapse_doctor.report.collect import ExampleGroup, ReportExtras
 from collapse_doctor.report.figures import Chart, Section, channel_color, esc, histogram_payload, sections
 
 if TYPE_CHECKING:
-    from collapse_doctor.detectors import Finding
-    from collapse_doctor.diagnosis import Diagnosis
+    from collapse_doctor.findings import Finding
+    from collapse_doctor.result import Diagnosis
 
 PREVIEW_CHARS = 90
 """Text longer than this shows a preview and expands on click."""
@@ -54,7 +54,6 @@ def plotly_js() -> str:
 def build_report(diagnosis: Diagnosis, extras: ReportExtras | None = None) -> str:
     """Render ``diagnosis`` as one HTML page (a pure function of its inputs)."""
     from collapse_doctor import __version__
-    from collapse_doctor.diagnosis import VERDICTS
 
     chart_sections = sections(diagnosis, extras)
     charts = [c for s in chart_sections for c in s.charts]
@@ -98,48 +97,25 @@ def build_report(diagnosis: Diagnosis, extras: ReportExtras | None = None) -> st
     )
 
 
-def write_report(output: str | Path, diagnosis: Diagnosis, extras: ReportExtras | None = None) -> int:
-    """Render and write the report atomically (never over one of the run's inputs); returns its size in bytes."""
+def write_report(
+    output: str | Path,
+    diagnosis: Diagnosis,
+    extras: ReportExtras | None = None,
+    *,
+    inputs: Sequence[Path] | None = None,
+) -> int:
+    """Render and write the report atomically, never over one of ``inputs`` (default: the run's sources).
+
+    Returns the size written in bytes.
+    """
     from collapse_doctor.io.atomic import atomic_path
 
     text = build_report(diagnosis, extras).encode("utf-8")
-    with atomic_path(output, inputs=[Path(s) for s in diagnosis.run.sources]) as tmp:
+    if inputs is None:
+        inputs = [Path(s) for s in diagnosis.run.sources]
+    with atomic_path(output, inputs=inputs) as tmp:
         tmp.write_bytes(text)
     return len(text)
-
-
-def check_output(output: str | Path, paths: Sequence[str | Path]) -> None:
-    """Fail before the scan when the report would overwrite an input or its directory does not exist."""
-    from collapse_doctor.errors import OutputError
-    from collapse_doctor.io.atomic import check_not_an_input
-    from collapse_doctor.io.sources import discover_runs
-
-    target = Path(output)
-    inputs = [f for run in discover_runs(paths) for f in run.files]
-    try:
-        check_not_an_input(target, inputs)
-    except OutputError as exc:
-        raise OutputError(exc.message, hint="choose another path for --html") from None
-    directory = target.parent if str(target.parent) else Path(".")
-    if not directory.is_dir():
-        raise OutputError(f"{target}: directory {str(directory)!r} does not exist", hint="create it first")
-    if target.is_dir():
-        raise OutputError(f"{target}: is a directory", hint="pass a file path with --html")
-
-
-def make_report(paths: Sequence[str | Path], output: str | Path, **options: Any) -> tuple[Diagnosis, ReportExtras, int]:
-    """Scan ``paths`` (``options`` as for :func:`~collapse_doctor.diagnosis.diagnose`) and write the report.
-
-    Returns the diagnosis, what was gathered for the report, and the size of the file written.
-    """
-    from collapse_doctor.diagnosis import diagnose
-
-    check_output(output, paths)
-    collector = ReportCollector()
-    diagnosis = diagnose(paths, collectors=[collector], **options)
-    extras = collector.extras(diagnosis, options, paths=paths)
-    size = write_report(output, diagnosis, extras)
-    return diagnosis, extras, size
 
 
 # -- page parts ------------------------------------------------------------------------------------
@@ -179,17 +155,6 @@ def _fmt(value: Any, digits: int = 3) -> str:
     if isinstance(value, (list, tuple)):
         return ", ".join(_fmt(v, digits) for v in value)
     return esc(str(value))
-
-
-def _pct(value: Any) -> str:
-    if value is None or not math.isfinite(value):
-        return "-"
-    return f"{value:.0%}"
-
-
-def _share(value: Any) -> str:
-    """A covariance variance share, clipped to [0%, 100%] for display (the JSON keeps the exact value)."""
-    return "-" if value is None else share_pct(value)
 
 
 def _header(diagnosis: Diagnosis, verdict: str) -> str:
@@ -283,8 +248,8 @@ def _channel_table(diagnosis: Diagnosis) -> str:
         if rollouts:
             cells += [
                 f"{_fmt(row['rel_gain_peak'], 2)}{_at(row['rel_gain_peak_step'])} → {_fmt(row['rel_gain_now'], 2)}",
-                f"{_share(row['signal_share_grpo'])} / {_share(row['signal_share_gdpo'])}",
-                _pct(row["zero_variance_share"]),
+                f"{share_pct(row['signal_share_grpo'])} / {share_pct(row['signal_share_gdpo'])}",
+                pct(row["zero_variance_share"]),
                 _fmt(row["reward_mean"], 3),
             ]
         else:
@@ -305,7 +270,7 @@ def _at(step: Any) -> str:
 
 
 def _finding(finding: Finding) -> str:
-    from collapse_doctor.detectors import REGISTRY
+    from collapse_doctor.detectors import REGISTRY  # the explain text of the finding's detector
 
     level = finding.severity.label
     where = []

@@ -11,11 +11,10 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from collapse_doctor.detectors import Finding, Severity
-from collapse_doctor.detectors.base import severity_counts
-from collapse_doctor.detectors.remedies import share_pct
-from collapse_doctor.diagnosis import VERDICTS, Diagnosis
+from collapse_doctor.findings import VERDICTS, Finding, Severity, severity_counts
+from collapse_doctor.numbers import pct, share_pct
 from collapse_doctor.report.ci import describe_sources
+from collapse_doctor.result import Diagnosis
 
 _VERDICT_STYLE = {"healthy": "bold green", "at_risk": "bold yellow", "collapsed": "bold red"}
 _SEVERITY_STYLE = {
@@ -33,17 +32,6 @@ def _num(value: Any, digits: int = 2) -> str:
     if isinstance(value, float):
         return f"{value:.{digits}g}" if abs(value) < 1e-2 and value != 0 else f"{value:.{digits}f}"
     return str(value)
-
-
-def _pct(value: Any) -> str:
-    if value is None or not math.isfinite(value):
-        return "-"
-    return f"{value:.0%}"
-
-
-def _share(value: Any) -> str:
-    """A covariance variance share, clipped to [0%, 100%] for display (see ``share_pct``)."""
-    return "-" if value is None else share_pct(value)
 
 
 def _evidence(finding: Finding) -> str:
@@ -170,7 +158,7 @@ def _scalar_channels(console: Console, diagnosis: Diagnosis) -> None:
             rel_at = f" (step {row['rel_gain_peak_step']})" if row["rel_gain_peak_step"] is not None else ""
             cells[2:2] = [
                 f"{_num(row['rel_gain_peak'])}{rel_at} -> {_num(row['rel_gain_now'])}",
-                _pct(row["zero_variance_share"]),
+                pct(row["zero_variance_share"]),
             ]
         table.add_row(*cells)
     console.print(Text("Channels, from the scalar log (now = median of the last 10% of points)", style="bold"))
@@ -195,8 +183,8 @@ def _rollout_channels(console: Console, diagnosis: Diagnosis) -> None:
             row["channel"],
             f"{row['weight']:g}",
             f"{_num(row['rel_gain_peak'])}{peak_at} -> {_num(row['rel_gain_now'])}",
-            f"{_share(row['signal_share_grpo'])} / {_share(row['signal_share_gdpo'])}",
-            _pct(row["zero_variance_share"]),
+            f"{share_pct(row['signal_share_grpo'])} / {share_pct(row['signal_share_gdpo'])}",
+            pct(row["zero_variance_share"]),
             _num(row["reward_mean"]),
         )
     console.print(Text("Channels (now = median of the last 10% of steps)", style="bold"))

@@ -91,10 +91,12 @@ class CollapseDoctorCallback(TrainerCallback):  # type: ignore[misc,unused-ignor
         return bool(accelerator.reduce(value, reduction="sum").item() > 0)
 
     def _failing_findings(self) -> list[str]:
-        from collapse_doctor.diagnosis import diagnose
+        from collapse_doctor.options import ScanOptions
+        from collapse_doctor.pipeline import diagnose
 
         diagnosis = diagnose(
-            [self.monitor.rollouts_dir], fail_on=self.fail_on, algo="grpo" if self.algo == "grpo" else "gdpo"
+            [self.monitor.rollouts_dir],
+            ScanOptions(fail_on=self.fail_on, algo="grpo" if self.algo == "grpo" else "gdpo"),
         )
         return [f"{f.code} {f.title}" for f in diagnosis.failing()]
 

@@ -14,7 +14,7 @@ from collapse_doctor.errors import UsageError
 from collapse_doctor.retrain.plan import RetrainOptions, RetrainPlan, build_plan
 
 if TYPE_CHECKING:
-    from collapse_doctor.diagnosis import Diagnosis
+    from collapse_doctor.result import Diagnosis
 
 TRAIN_EXTRA_HINT = "pip install 'collapse-doctor[train]'"
 
@@ -224,12 +224,12 @@ def run_retrain(options: RetrainOptions, *, final_scan: bool = True) -> RetrainR
         resumed_from=str(checkpoint) if checkpoint else None,
     )
     if final_scan and monitor.enabled and result.rollouts_dir.is_dir():
-        from collapse_doctor.diagnosis import diagnose
+        from collapse_doctor.options import ScanOptions
+        from collapse_doctor.pipeline import diagnose
 
         result.diagnosis = diagnose(
             [result.rollouts_dir],
-            fail_on=options.fail_on or "never",
-            algo="grpo" if plan.algo == "grpo" else "gdpo",
+            ScanOptions(fail_on=options.fail_on or "never", algo="grpo" if plan.algo == "grpo" else "gdpo"),
         )
     result.seconds = time.perf_counter() - started
     return result

@@ -1,0 +1,307 @@
+"""The input formats collapse-doctor reads: one registry entry per format, everything else derived from it.
+
+Each :class:`Format` says how a file of that kind is recognised (its name and, for JSONL, its first line),
+what it holds (``rollouts`` or ``scalars``), where its run's root is, how :mod:`collapse_doctor.io.discovery`
+orders it, whether it is written one file per training step, how it is opened or read, and how the
+"formats we read" hint names it. :func:`classify`, :data:`ROLLOUT_KINDS`, :data:`PER_STEP_KINDS`,
+:data:`FORMATS_HINT` and the discovery order all come from the registry (:data:`FORMATS`).
+
+Recognition tries the formats in registration order; the first that recognises a file wins, so a format
+whose files also look like a more general one is registered before it (TRL completions before Parquet, the
+verl file logger, sniffed by its first line, before verl's ``<step>.jsonl`` rollout dumps).
+
+To add an input format:
+
+1. Write its reader in its own module under ``collapse_doctor/io/``: for rollouts a function
+   ``(files, **ReadOptions.reader_kwargs()) -> ParquetRun`` that builds the canonical rollout table and hands
+   it to :class:`~collapse_doctor.io.table_run.TableRun` (see ``io/verl.py``); for a scalar log a function
+   ``(path, *, start) -> EventFileRead`` (see ``io/scalar_logs.py``).
+2. Register one :class:`Format` below: its ``kind``, ``role``, ``recognise``, ``hint``, ``rank``, the
+   ``open`` (rollouts) or ``read`` (scalars) function that calls the reader, and ``root``/``per_step``/
+   ``appends``/``precedence``/``pick``/``own_run`` where the defaults do not fit. The reader must not import
+   this module (the registry imports the readers; tests/unit/test_layers.py forbids import cycles).
+3. Add a row to the table in docs/input-formats.md, and tests under tests/unit/io/.
+
+Nothing else changes: discovery, opening, ``watch`` and the hint read the registry.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from collapse_doctor.errors import InputError
+from collapse_doctor.io import nemo_rl, trl, verl
+from collapse_doctor.io.parquet import PARQUET_SUFFIXES, ParquetRun
+from collapse_doctor.io.scalar_logs import looks_like_verl_file_log, read_verl_file_log, trainer_state_records
+from collapse_doctor.io.tensorboard import EventFileRead, read_event_file
+from collapse_doctor.options import ReadOptions
+
+ROLLOUTS = "rollouts"
+SCALARS = "scalars"
+CHECKPOINT_DIR = re.compile(r"checkpoint-(\d+)")
+
+FirstLine = Callable[[], str]
+"""The file's first line, read on the first call (only formats that sniff the content call it)."""
+Opener = Callable[[Sequence[Path], ReadOptions, bool], ParquetRun]
+"""``open(files, read, check_rewards_first)``: a rollout reader (``ParquetRun``'s interface) over the files."""
+ScalarReader = Callable[[Path, int], EventFileRead]
+"""``read(path, start)``: the scalars of one file from byte ``start`` on (0 unless the format ``appends``)."""
+
+
+def _parent(path: Path) -> Path:
+    return path.parent
+
+
+@dataclass(frozen=True)
+class Format:
+    """One input format: how its files are recognised, grouped into runs, and opened or read."""
+
+    kind: str
+    role: str
+    """``rollouts`` (one row per sampled completion) or ``scalars`` (a scalar log)."""
+    recognise: Callable[[Path, FirstLine], bool]
+    hint: str
+    """How the formats hint (:data:`FORMATS_HINT`) names it."""
+    rank: int
+    """Discovery handles the file sets in rank order (ties by directory): lower ranks found runs first."""
+    root: Callable[[Path], Path] | None = _parent
+    """The root of a file's run (files of one kind with one root are one set); ``None``: every file of this
+    kind named is one set, rooted at their common directory."""
+    per_step: bool = False
+    """Written one file per training step (``watch`` reduces each file once)."""
+    open: Opener | None = None
+    """Rollouts: opens the files of one run."""
+    read: ScalarReader | None = None
+    """Scalars: reads one file."""
+    appends: bool = False
+    """Scalars: the file only grows, so a :class:`~collapse_doctor.io.scalar_cache.ScalarCache` resumes where it
+    stopped; otherwise the file is read whole every time."""
+    precedence: int = 0
+    """Scalars: a run with several kinds of scalar log reads only the kind with the lowest precedence."""
+    pick: Callable[[Sequence[Path]], list[Path]] = list
+    """Scalars: which of a run's files of this kind are read."""
+    own_run: bool = False
+    """Scalars: a set never joins a run that already has files of this kind, and is always kept (event files in
+    sibling directories are separate runs, as TensorBoard shows them). Otherwise a set joins the one run it is
+    nested with, and is dropped when it is nested with several runs that have scalar logs already."""
+
+    def __post_init__(self) -> None:
+        if self.role == ROLLOUTS and self.open is None:
+            raise ValueError(f"rollout format {self.kind!r} needs `open`")
+        if self.role == SCALARS and self.read is None:
+            raise ValueError(f"scalar format {self.kind!r} needs `read`")
+        if self.role not in (ROLLOUTS, SCALARS):
+            raise ValueError(f"format {self.kind!r}: role must be {ROLLOUTS!r} or {SCALARS!r}")
+
+
+FORMATS: dict[str, Format] = {}
+"""Every input format by kind, in recognition order."""
+
+
+def register(fmt: Format) -> Format:
+    """Add a format to the registry (recognised after the ones registered before it)."""
+    if fmt.kind in FORMATS:
+        raise ValueError(f"input format {fmt.kind!r} is already registered")
+    FORMATS[fmt.kind] = fmt
+    return fmt
+
+
+def classify(path: Path) -> str | None:
+    """The kind of one file, or ``None`` when collapse-doctor does not read it."""
+    cache: list[str] = []
+
+    def first_line() -> str:
+        if not cache:
+            cache.append(_first_line(path))
+        return cache[0]
+
+    return next((fmt.kind for fmt in FORMATS.values() if fmt.recognise(path, first_line)), None)
+
+
+def _first_line(path: Path) -> str:
+    try:
+        with path.open("r", encoding="utf-8", errors="replace") as handle:
+            return handle.readline()
+    except OSError:
+        return ""
+
+
+def is_rollouts(kind: str) -> bool:
+    return FORMATS[kind].role == ROLLOUTS
+
+
+def is_per_step(kind: str) -> bool:
+    """Whether files of this kind are written one per training step (``watch`` reduces each once)."""
+    return FORMATS[kind].per_step
+
+
+def scalar_format(kind: str | None, path: Path) -> Format:
+    """The scalar format ``kind`` (or, without one, the file's own), or an InputError naming the file."""
+    fmt = FORMATS.get(kind or classify(path) or "")
+    if fmt is None or fmt.role != SCALARS:
+        raise InputError(f"{path}: not a scalar log", hint=formats_hint())
+    return fmt
+
+
+def formats_hint() -> str:
+    """What collapse-doctor reads: the rollout formats, then the scalar logs, each in discovery order."""
+    ordered = [
+        f for role in (ROLLOUTS, SCALARS) for f in sorted(FORMATS.values(), key=lambda f: f.rank) if f.role == role
+    ]
+    names = [f.hint for f in ordered]
+    listed = ", ".join(names[:-1]) + " and " + names[-1] if len(names) > 1 else "".join(names)
+    return (
+        f"collapse-doctor reads {listed} (docs/input-formats.md); rename rollout dumps to those names, and map a "
+        "Parquet table's own column names with --step-col, --group-col or --group-size, and --reward-cols"
+    )
+
+
+# How each reader is called: the registry's uniform signatures onto the readers' own.
+
+
+def _open_parquet(files: Sequence[Path], read: ReadOptions, check_rewards_first: bool) -> ParquetRun:
+    return ParquetRun(files, check_rewards_first=check_rewards_first, **read.reader_kwargs())
+
+
+def _open_trl(files: Sequence[Path], read: ReadOptions, check_rewards_first: bool) -> ParquetRun:
+    return trl.open_trl_completions(files, **read.reader_kwargs())
+
+
+def _open_verl(files: Sequence[Path], read: ReadOptions, check_rewards_first: bool) -> ParquetRun:
+    return verl.open_verl_rollouts(files, **read.reader_kwargs())
+
+
+def _open_nemo_rl(files: Sequence[Path], read: ReadOptions, check_rewards_first: bool) -> ParquetRun:
+    return nemo_rl.open_nemo_rl(files, **read.reader_kwargs())
+
+
+def _read_events(path: Path, start: int) -> EventFileRead:
+    return read_event_file(path, start=start)
+
+
+def _read_trainer_state(path: Path, start: int) -> EventFileRead:
+    return trainer_state_records(path)  # rewritten in place, so always read whole
+
+
+def _read_verl_file_log(path: Path, start: int) -> EventFileRead:
+    return read_verl_file_log(path, start=start)
+
+
+def _looks_like_verl_file_log(path: Path, first_line: FirstLine) -> bool:
+    return path.suffix == ".jsonl" and looks_like_verl_file_log(first_line())
+
+
+def _trl_root(path: Path) -> Path:
+    """``<output_dir>/completions/completions_<step>.parquet`` belongs to ``<output_dir>``."""
+    return path.parent.parent if path.parent.name == "completions" else path.parent
+
+
+def _checkpoint_root(path: Path) -> Path:
+    """``<output_dir>/checkpoint-N/trainer_state.json`` belongs to ``<output_dir>``."""
+    return path.parent.parent if CHECKPOINT_DIR.fullmatch(path.parent.name) else path.parent
+
+
+def _latest_trainer_state(paths: Sequence[Path]) -> list[Path]:
+    """The output dir's own trainer_state.json, else the highest checkpoint's (its log_history is longest)."""
+
+    def rank(p: Path) -> tuple[int, int]:
+        found = CHECKPOINT_DIR.fullmatch(p.parent.name)
+        return (0, int(found.group(1))) if found else (1, 0)
+
+    return [max(paths, key=rank)]
+
+
+# Registration order is recognition order: the first format that recognises a file wins.
+register(
+    Format(
+        kind="events",
+        role=SCALARS,
+        recognise=lambda path, _: "tfevents" in path.name,
+        hint="TensorBoard event files",
+        rank=0,
+        read=_read_events,
+        appends=True,
+        precedence=0,
+        own_run=True,
+    )
+)
+register(
+    Format(
+        kind="trainer_state",
+        role=SCALARS,
+        recognise=lambda path, _: path.name == "trainer_state.json",
+        hint="trainer_state.json",
+        rank=9,
+        root=_checkpoint_root,
+        read=_read_trainer_state,
+        precedence=1,
+        pick=_latest_trainer_state,
+    )
+)
+register(
+    Format(
+        kind="trl_completions",
+        role=ROLLOUTS,
+        recognise=lambda path, _: path.suffix in PARQUET_SUFFIXES and bool(trl.FILE_NAME.fullmatch(path.name)),
+        hint="TRL completions/completions_<step>.parquet",
+        rank=2,
+        root=_trl_root,
+        per_step=True,
+        open=_open_trl,
+    )
+)
+register(
+    Format(
+        kind="parquet",
+        role=ROLLOUTS,
+        recognise=lambda path, _: path.suffix in PARQUET_SUFFIXES,
+        hint="Parquet rollout tables",
+        rank=1,
+        root=None,
+        open=_open_parquet,
+    )
+)
+register(
+    Format(
+        kind="nemo_rl",
+        role=ROLLOUTS,
+        recognise=lambda path, _: bool(nemo_rl.FILE_NAME.fullmatch(path.name)),
+        hint="NeMo-RL train_data_step<N>.jsonl",
+        rank=4,
+        per_step=True,
+        open=_open_nemo_rl,
+    )
+)
+register(
+    Format(
+        kind="verl_file_log",
+        role=SCALARS,
+        recognise=_looks_like_verl_file_log,
+        hint="verl file-logger JSONL",
+        rank=9,
+        read=_read_verl_file_log,
+        appends=True,
+        precedence=2,
+    )
+)
+register(
+    Format(
+        kind="verl_rollouts",
+        role=ROLLOUTS,
+        recognise=lambda path, _: bool(verl.FILE_NAME.fullmatch(path.name)),
+        hint="verl <rollout_data_dir>/<step>.jsonl",
+        rank=3,
+        per_step=True,
+        open=_open_verl,
+    )
+)
+
+ROLLOUT_KINDS = tuple(f.kind for f in sorted(FORMATS.values(), key=lambda f: f.rank) if f.role == ROLLOUTS)
+"""The built-in rollout formats (code that must see formats registered later asks :func:`is_rollouts`)."""
+PER_STEP_KINDS = tuple(f.kind for f in sorted(FORMATS.values(), key=lambda f: f.rank) if f.per_step)
+"""The built-in per-step rollout formats (see :func:`is_per_step`)."""
+FORMATS_HINT = formats_hint()
+"""The hint of "no run found" errors: what collapse-doctor reads (the built-in formats)."""

@@ -1,0 +1,47 @@
+"""Opening a discovered run: its rollouts as a reader, its scalar log in canonical names.
+
+Both go through the format registry (:mod:`collapse_doctor.io.formats`): the run's rollout kind says which
+reader opens the rollout files, its scalar kind which reader parses the scalar log.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from collapse_doctor.io.formats import FORMATS
+from collapse_doctor.io.scalar_cache import ScalarCache
+from collapse_doctor.io.tags import scalar_series
+from collapse_doctor.options import ReadOptions
+
+if TYPE_CHECKING:
+    from collapse_doctor.io.discovery import RunInputs
+    from collapse_doctor.io.parquet import ParquetRun
+    from collapse_doctor.scalars import ScalarSeries
+
+
+def open_rollouts(
+    run: RunInputs, read: ReadOptions | None = None, *, check_rewards_first: bool = True
+) -> ParquetRun | None:
+    """The run's rollouts as a reader with :class:`~collapse_doctor.io.parquet.ParquetRun`'s interface
+    (``iter_steps()``, ``iter_chunks()``, ``channels``, ``weights``, ``dynamic_weight_channels``, ...), or
+    ``None`` when the run has no rollouts.
+
+    ``read`` maps the user's table onto the canonical one (default: nothing to map).
+    ``check_rewards_first=False`` lets a canonical Parquet run check its rewards while it streams them (see
+    :class:`~collapse_doctor.io.parquet.ParquetRun`); the other layouts are read whole and checked when opened.
+    """
+    if run.rollout_kind is None:
+        return None
+    opener = FORMATS[run.rollout_kind].open
+    assert opener is not None  # every rollout format opens
+    return opener(run.rollout_files, read or ReadOptions(), check_rewards_first)
+
+
+def read_scalar_log(run: RunInputs, cache: ScalarCache | None = None) -> ScalarSeries | None:
+    """The run's scalar log in canonical names (event files, else trainer_state.json, else verl file logs), or
+    ``None`` when it has none. ``cache`` (``watch``) keeps what earlier reads of growing files parsed."""
+    kind = run.scalar_kind
+    if kind is None:
+        return None
+    log = (cache or ScalarCache()).read(run.scalar_files(), kind)
+    return scalar_series(log.tags, points=log.points, sources=log.files, notes=log.notes())

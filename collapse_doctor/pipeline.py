@@ -1,0 +1,237 @@
+"""The scan pipeline: discover once -> open -> reduce -> summarise -> detect.
+
+``scan``, ``report``, ``watch`` (through :mod:`collapse_doctor.incremental`) and the Python API all run
+these steps; each is a function of values, so a caller composes the ones it needs:
+
+- :func:`plan_scan` discovers the runs under the paths once, picks the one(s) asked for, and resolves the
+  configuration and the detector selection (a :class:`ScanPlan`); outputs are checked against its files
+  before any work;
+- :func:`scan_run` opens one run's rollouts and scalar log, reduces the rollouts to per-step series
+  (:mod:`collapse_doctor.reduce`), summarises the run (:mod:`collapse_doctor.summary`) and runs the detectors
+  (:func:`detect`);
+- :func:`run_scan` does that for every run of a plan; :func:`diagnose` and :func:`diagnose_runs` are the
+  one-call forms.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+import numpy as np
+
+from collapse_doctor.algorithm import detect_algorithm
+from collapse_doctor.config import Config, check_fail_on, load_config
+from collapse_doctor.detectors import REGISTRY, DetectionContext
+from collapse_doctor.detectors.base import select, threshold_defaults
+from collapse_doctor.detectors.runner import run_detectors
+from collapse_doctor.errors import InputError
+from collapse_doctor.findings import verdict_of
+from collapse_doctor.io.discovery import RunInputs, choose_run, discover_runs
+from collapse_doctor.io.open import open_rollouts, read_scalar_log
+from collapse_doctor.options import ReadOptions, ScanOptions
+from collapse_doctor.reduce import empty_series, reduce_rollouts
+from collapse_doctor.result import Diagnosis, RunSummary
+from collapse_doctor.schema import resolve_weights
+from collapse_doctor.summary import channel_table, rollout_summary, scalar_only_summary, with_scalar_log
+
+if TYPE_CHECKING:
+    from collapse_doctor.io.scalar_cache import ScalarCache
+    from collapse_doctor.scalars import ScalarSeries
+    from collapse_doctor.series import RunSeries
+    from collapse_doctor.stats import ChunkInput
+
+__all__ = [
+    "RunCollector",
+    "ScanHooks",
+    "ScanPlan",
+    "ScanResult",
+    "detect",
+    "diagnose",
+    "diagnose_runs",
+    "plan_scan",
+    "resolve_config",
+    "run_scan",
+    "scan_run",
+]
+
+
+class RunCollector(Protocol):
+    """Keeps more of one run than its series (the HTML report): sees every chunk, finishes on the diagnosis."""
+
+    def collect(self, steps: np.ndarray, chunk: ChunkInput) -> None: ...
+
+    def finish(self, diagnosis: Diagnosis) -> Any: ...
+
+
+@dataclass(frozen=True)
+class ScanHooks:
+    """Optional callbacks of a scan: progress, a per-run collector, and a scalar cache for repeated scans."""
+
+    on_progress: Callable[[int, int], None] | None = None
+    collector: Callable[[RunInputs, ReadOptions], RunCollector] | None = None
+    """Called once per run before its rollouts are read; its ``finish()`` result is the run's ``extra``."""
+    scalar_cache: ScalarCache | None = None
+    """Lets a caller that scans a growing log again (``watch``) parse only what is new."""
+
+
+@dataclass(frozen=True)
+class ScanPlan:
+    """The runs found under the inputs (discovered once), the configuration and the detectors selected."""
+
+    paths: tuple[str, ...]
+    runs: tuple[RunInputs, ...]
+    """The runs to scan: every run found, or the one ``--run`` named."""
+    options: ScanOptions
+    config: Config
+    codes: tuple[str, ...]
+    named: bool
+    """Whether runs are reported under their names (the inputs held several, or ``--run`` picked one)."""
+
+    @property
+    def files(self) -> list[Path]:
+        """Every input file of the runs to scan (outputs must not overwrite any of them)."""
+        return [f for run in self.runs for f in run.files]
+
+
+@dataclass(frozen=True)
+class ScanResult:
+    """One run's diagnosis, the inputs it was read from, and what the run's collector finished with."""
+
+    diagnosis: Diagnosis
+    inputs: RunInputs
+    extra: Any = None
+
+
+def resolve_config(files: Sequence[Path], options: ScanOptions) -> tuple[Config, tuple[str, ...]]:
+    """The configuration with the explicit options applied, and the detector codes it selects.
+
+    ``options.config`` is a :class:`Config` (used as it is), a config file path, or ``None`` (discovered from
+    ``files``). ``fail_on`` and ``only`` replace the configured values; ``ignore`` adds to the configured list.
+    """
+    config = options.config
+    if not isinstance(config, Config):
+        config = load_config(list(files), config, defaults=threshold_defaults())
+    elif not config.defaults:
+        config = replace(config, defaults=threshold_defaults())
+    overrides: dict[str, Any] = {}
+    if options.fail_on is not None:
+        overrides["fail_on"] = check_fail_on(options.fail_on)
+    if options.only:
+        overrides["only"] = tuple(options.only)
+    if options.ignore:
+        overrides["ignore"] = tuple(config.ignore) + tuple(options.ignore)
+    config = replace(config, **overrides)
+    return config, tuple(select(None, config.only or None, config.ignore or None))
+
+
+def plan_scan(paths: Sequence[str | Path], options: ScanOptions | None = None) -> ScanPlan:
+    """Discover the runs under ``paths`` (once), pick ``options.run_name`` if given, resolve the configuration."""
+    options = options or ScanOptions()
+    found = discover_runs(paths)
+    runs = [choose_run(found, options.run_name)] if options.run_name is not None else found
+    config, codes = resolve_config(runs[0].files, options)
+    return ScanPlan(
+        paths=tuple(str(p) for p in paths),
+        runs=tuple(runs),
+        options=options,
+        config=config,
+        codes=codes,
+        named=options.run_name is not None or len(found) > 1,
+    )
+
+
+def detect(
+    summary: RunSummary,
+    series: RunSeries,
+    scalars: ScalarSeries | None,
+    config: Config,
+    codes: Sequence[str],
+    *,
+    started: float | None = None,
+) -> Diagnosis:
+    """Run the selected detectors on a run's values and assemble its Diagnosis.
+
+    ``started`` is the ``time.perf_counter()`` value the scan began at (``seconds`` stays 0 without it).
+    """
+    ctx = DetectionContext(run=summary, series=series, config=config, scalars=scalars)
+    findings, skipped = run_detectors(ctx, codes)
+    return Diagnosis(
+        verdict=verdict_of(findings),
+        findings=tuple(findings),
+        run=summary,
+        series=series,
+        detectors={code: REGISTRY[code].name for code in codes},
+        skipped=skipped,
+        config=config,
+        seconds=time.perf_counter() - started if started is not None else 0.0,
+        scalars=scalars,
+        channels=channel_table(summary, series, scalars, config),
+    )
+
+
+def scan_run(plan: ScanPlan, run: RunInputs, hooks: ScanHooks | None = None) -> ScanResult:
+    """Open, reduce, summarise and diagnose one run of a plan.
+
+    A run with only a scalar log that holds no points is an :class:`InputError` when it is the only run; one
+    of several runs is reported with a warning, and the others are scanned.
+    """
+    hooks = hooks or ScanHooks()
+    options = plan.options
+    started = time.perf_counter()
+    # Nothing is written before the end, so rewards are checked while streaming: one less read of them.
+    reader = open_rollouts(run, options.read, check_rewards_first=False)
+    scalars = read_scalar_log(run, hooks.scalar_cache)
+    collector = hooks.collector(run, options.read) if hooks.collector is not None else None
+    if reader is None:  # a scalar log only: nothing to recompute, and torch is not even imported
+        if len(plan.runs) == 1 and (scalars is None or not scalars.points):
+            files = run.scalar_files()
+            where = str(files[0]) if len(files) == 1 else f"{run.name} ({len(files)} scalar log files)"
+            raise InputError(
+                f"{where}: the scalar log holds no scalar points, so there is nothing to diagnose",
+                hint="the trainer has not logged a step yet (watch waits for one), or point at the run's rollouts",
+            )
+        channels = scalars.channels if scalars is not None else ()
+        weights = resolve_weights(channels, dict(options.read.weights or {}), {})
+        series = empty_series(channels)
+        algorithm = detect_algorithm(series, options.algo)
+        device = "cpu" if options.device == "auto" else options.device
+        summary = scalar_only_summary(run.scalar_files(), scalars, weights, algorithm=algorithm[0], device=device)
+    else:
+        from collapse_doctor.advantages import resolve_device
+
+        device = str(resolve_device(options.device))
+        collectors = [collector.collect] if collector is not None else []
+        series = reduce_rollouts(reader, device, collectors=collectors, on_progress=hooks.on_progress)
+        algorithm = detect_algorithm(series, options.algo, reader.dynamic_weight_channels)
+        summary = rollout_summary(reader, series, algorithm=algorithm, device=device)
+    summary = with_scalar_log(summary, scalars, name=run.name if plan.named else None, has_rollouts=reader is not None)
+    diagnosis = detect(summary, series, scalars, plan.config, plan.codes, started=started)
+    extra = collector.finish(diagnosis) if collector is not None else None
+    return ScanResult(diagnosis=diagnosis, inputs=run, extra=extra)
+
+
+def run_scan(plan: ScanPlan, hooks: ScanHooks | None = None) -> list[ScanResult]:
+    """Scan every run of a plan, in discovery order."""
+    return [scan_run(plan, run, hooks) for run in plan.runs]
+
+
+def diagnose(paths: Sequence[str | Path], options: ScanOptions | None = None) -> Diagnosis:
+    """Scan the one run under ``paths`` (several runs need ``options.run_name``, or :func:`diagnose_runs`).
+
+    >>> import collapse_doctor
+    >>> collapse_doctor.diagnose is diagnose
+    True
+    """
+    plan = plan_scan(paths, options)
+    if len(plan.runs) > 1:
+        choose_run(plan.runs, None)  # raises: names the runs and the --run hint
+    return scan_run(plan, plan.runs[0]).diagnosis
+
+
+def diagnose_runs(paths: Sequence[str | Path], options: ScanOptions | None = None) -> list[Diagnosis]:
+    """Scan every run found in ``paths`` (or only ``options.run_name``), one Diagnosis each, in discovery order."""
+    return [result.diagnosis for result in run_scan(plan_scan(paths, options))]

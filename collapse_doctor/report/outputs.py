@@ -1,0 +1,242 @@
+"""Every output of a scan, for one run or several: what to write (:class:`OutputRequest`) and writing it.
+
+``scan``, ``report`` and Python callers go through here, in this order::
+
+    request = OutputRequest(format="text", json=Path("scan.json"), html=Path("report.html"))
+    plan = plan_scan(paths, options)
+    request.check(plan.files, runs=[run.name for run in plan.runs])  # before any work
+    results = run_scan(plan, ScanHooks(collector=request.collector()))
+    code = write_outputs(results, request, stdout=sys.stdout)
+
+One run: its diagnosis as JSON, JUnit XML, Markdown, HTML and on stdout (text, JSON or GitHub workflow
+annotations). Several runs (a log directory with one subdirectory per run): the JSON holds them side by side
+under ``runs`` with the worst verdict and the combined exit code on top, the Markdown summary and the GitHub
+annotations are concatenated, the terminal shows them one after another; JUnit and HTML describe one run, so
+asking for them with several runs is a :class:`~collapse_doctor.errors.UsageError` that names the runs.
+
+Every file is written atomically (:mod:`collapse_doctor.io.atomic`) and never over an input. The library
+reads no environment variable: the caller passes GitHub's step-summary file and the colour choice.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import IO, TYPE_CHECKING, Any
+
+from collapse_doctor.errors import OutputError, UsageError
+from collapse_doctor.findings import worst_verdict
+from collapse_doctor.result import JSON_FORMAT_VERSION, Diagnosis
+
+if TYPE_CHECKING:
+    from collapse_doctor.io.discovery import RunInputs
+    from collapse_doctor.options import ReadOptions, ScanOptions
+    from collapse_doctor.pipeline import RunCollector, ScanResult
+    from collapse_doctor.report.collect import ReportExtras
+
+__all__ = ["STDOUT_FORMATS", "OutputRequest", "make_report", "runs_dict", "runs_json", "write_outputs"]
+
+STDOUT_FORMATS = ("text", "json", "github")
+FILE_OUTPUTS = ("json", "junit", "markdown", "html")
+"""The file outputs, in the order they are written (each is the ``--NAME`` option of ``scan``)."""
+ONE_RUN_OUTPUTS = ("junit", "html")
+"""File outputs that describe one run."""
+
+
+@dataclass(frozen=True)
+class OutputRequest:
+    """What a scan writes: the stdout format and the files asked for (``None``: not written)."""
+
+    format: str = "text"
+    """What goes to stdout: ``text`` (the terminal report), ``json`` (the diagnosis) or ``github`` (annotations)."""
+    json: Path | None = None
+    junit: Path | None = None
+    markdown: Path | None = None
+    html: Path | None = None
+    step_summary: Path | None = None
+    """GitHub's job summary file (``$GITHUB_STEP_SUMMARY``, read by the caller): with ``format="github"``
+    the Markdown summary is appended to it."""
+    color: bool | None = None
+    """Text on stdout: ``None`` colours a terminal only, ``False`` never (``NO_COLOR``)."""
+
+    def __post_init__(self) -> None:
+        if self.format not in STDOUT_FORMATS:
+            raise UsageError(f"--format {self.format!r} is not one of {', '.join(STDOUT_FORMATS)}")
+        for spec in fields(self):
+            value = getattr(self, spec.name)
+            if spec.name in (*FILE_OUTPUTS, "step_summary") and value is not None and not isinstance(value, Path):
+                object.__setattr__(self, spec.name, Path(value))
+
+    def files(self) -> dict[str, Path]:
+        """``{"--json": path, ...}``: the files asked for, in the order they are written."""
+        return {f"--{name}": path for name in FILE_OUTPUTS if (path := getattr(self, name)) is not None}
+
+    def check(self, inputs: Sequence[Path], *, runs: Sequence[str] = ()) -> None:
+        """Fail before any work when an output cannot be written.
+
+        An output must not be one of ``inputs`` (the files the scan reads: ``ScanPlan.files``), its directory
+        must exist and it must not be a directory. ``runs`` are the names of the runs to scan: with more than
+        one, ``--junit`` and ``--html`` are refused (:func:`write_outputs` refuses them too).
+
+        >>> try:
+        ...     OutputRequest(json=Path("run.parquet")).check([Path("run.parquet")])
+        ... except OutputError as exc:
+        ...     print(exc.one_line())
+        run.parquet: refusing to overwrite an input file. Hint: choose another path for --json
+        """
+        from collapse_doctor.io.atomic import check_not_an_input
+
+        _refuse_one_run_outputs(self, runs)
+        for option, path in self.files().items():
+            try:
+                check_not_an_input(path, inputs)
+            except OutputError as exc:
+                raise OutputError(exc.message, hint=f"choose another path for {option}") from None
+            directory = path.parent if str(path.parent) else Path(".")
+            if not directory.is_dir():
+                raise OutputError(f"{path}: directory {str(directory)!r} does not exist", hint="create it first")
+            if path.is_dir():
+                raise OutputError(f"{path}: is a directory", hint=f"pass a file path with {option}")
+
+    def collector(self) -> Callable[[RunInputs, ReadOptions], RunCollector] | None:
+        """The per-run collector the outputs need (the HTML report's), for ``ScanHooks(collector=...)``."""
+        if self.html is None:
+            return None
+        from collapse_doctor.report.collect import ReportCollector
+
+        return ReportCollector
+
+
+def _refuse_one_run_outputs(request: OutputRequest, runs: Sequence[str]) -> None:
+    if len(runs) < 2:
+        return
+    for name in ONE_RUN_OUTPUTS:
+        if getattr(request, name) is not None:
+            raise UsageError(
+                f"--{name} describes one run and the input holds {len(runs)}: {', '.join(runs)}",
+                hint="pick one with --run NAME",
+            )
+
+
+def runs_dict(diagnoses: Sequence[Diagnosis], *, include_series: bool = True) -> dict[str, Any]:
+    """``{"format_version", "verdict" (worst), "exit_code" (max), "runs": [diagnosis, ...]}``."""
+    return {
+        "format_version": JSON_FORMAT_VERSION,
+        "verdict": worst_verdict(d.verdict for d in diagnoses),
+        "exit_code": exit_code(diagnoses),
+        "runs": [d.to_dict(include_series=include_series) for d in diagnoses],
+    }
+
+
+def runs_json(diagnoses: Sequence[Diagnosis], *, indent: int | None = 2) -> str:
+    return json.dumps(runs_dict(diagnoses), indent=indent, allow_nan=False)
+
+
+def exit_code(diagnoses: Sequence[Diagnosis]) -> int:
+    """The exit code of a scan: the worst of its runs' (1 when one has a finding at or above its fail-on)."""
+    return max((d.exit_code() for d in diagnoses), default=0)
+
+
+def json_text(diagnoses: Sequence[Diagnosis]) -> str:
+    """One run's diagnosis, or the ``runs`` document of several (:func:`runs_dict`)."""
+    return diagnoses[0].to_json() if len(diagnoses) == 1 else runs_json(diagnoses)
+
+
+def markdown_text(diagnoses: Sequence[Diagnosis]) -> str:
+    """The Markdown summary of each run, one after another."""
+    from collapse_doctor.report.ci import markdown_summary
+
+    return "\n".join(markdown_summary(d) for d in diagnoses)
+
+
+def write_outputs(results: Sequence[ScanResult], request: OutputRequest, *, stdout: IO[str] | None) -> int:
+    """Write every file of ``request`` and render its stdout format on ``stdout``; returns the exit code.
+
+    ``stdout=None`` renders nothing (``collapse-doctor report`` prints its own line). Files come first, in the
+    order of :data:`FILE_OUTPUTS`; nothing is written when several runs meet an output that describes one.
+    The HTML report uses what the run's collector finished with (``ScanResult.extra``), when it is the
+    report's (:meth:`OutputRequest.collector`).
+    """
+    if not results:
+        raise ValueError("write_outputs needs the result of at least one run")
+    diagnoses = [r.diagnosis for r in results]
+    _refuse_one_run_outputs(request, [d.run.name or "?" for d in diagnoses])
+    inputs = _inputs(results)
+    if request.json is not None:
+        _write_text(request.json, json_text(diagnoses) + "\n", inputs)
+    if request.junit is not None:
+        from collapse_doctor.report.ci import junit_xml
+
+        _write_text(request.junit, junit_xml(diagnoses[0]), inputs)
+    if request.markdown is not None:
+        _write_text(request.markdown, markdown_text(diagnoses), inputs)
+    if request.html is not None:
+        from collapse_doctor.report.collect import ReportExtras
+        from collapse_doctor.report.html import write_report
+
+        extra = results[0].extra
+        write_report(request.html, diagnoses[0], extra if isinstance(extra, ReportExtras) else None, inputs=inputs)
+    if stdout is not None:
+        _render_stdout(diagnoses, request, stdout)
+    return exit_code(diagnoses)
+
+
+def _inputs(results: Sequence[ScanResult]) -> list[Path]:
+    """Every file the scan read (the runs' inputs and the sources their summaries name): never overwritten."""
+    seen: dict[Path, None] = {}
+    for result in results:
+        for path in [*result.inputs.files, *(Path(s) for s in result.diagnosis.run.sources)]:
+            seen.setdefault(path, None)
+    return list(seen)
+
+
+def _write_text(path: Path, text: str, inputs: Sequence[Path]) -> None:
+    from collapse_doctor.io.atomic import atomic_path
+
+    with atomic_path(path, inputs=inputs) as tmp:
+        tmp.write_text(text, encoding="utf-8")
+
+
+def _render_stdout(diagnoses: Sequence[Diagnosis], request: OutputRequest, stdout: IO[str]) -> None:
+    if request.format == "json":
+        stdout.write(json_text(diagnoses) + "\n")
+    elif request.format == "github":
+        from collapse_doctor.report.ci import github_annotations
+
+        stdout.write("".join(github_annotations(d) for d in diagnoses))
+        if request.step_summary is not None:
+            with open(request.step_summary, "a", encoding="utf-8") as handle:
+                handle.write(markdown_text(diagnoses))
+    else:
+        from collapse_doctor.report.text import render_text
+
+        isatty = getattr(stdout, "isatty", None)
+        plain = request.color is False or not (callable(isatty) and isatty())
+        for i, diagnosis in enumerate(diagnoses):
+            if i:
+                stdout.write("\n")
+            render_text(diagnosis, stdout, color=False if plain else None)
+    stdout.flush()
+
+
+def make_report(
+    paths: Sequence[str | Path], output: str | Path, options: ScanOptions | None = None
+) -> tuple[Diagnosis, ReportExtras, int]:
+    """Scan the run under ``paths`` and write its report: what ``collapse-doctor report --html`` does.
+
+    ``options`` as for :func:`~collapse_doctor.pipeline.plan_scan` (several runs under ``paths`` need
+    ``run_name``). Returns the diagnosis, what was gathered for the report, and the size of the file written.
+    """
+    from collapse_doctor.pipeline import ScanHooks, plan_scan, run_scan
+    from collapse_doctor.report.collect import ReportExtras
+
+    request = OutputRequest(html=Path(output))
+    plan = plan_scan(paths, options)
+    request.check(plan.files, runs=[run.name for run in plan.runs])
+    results = run_scan(plan, ScanHooks(collector=request.collector()))
+    write_outputs(results, request, stdout=None)
+    extras = results[0].extra
+    assert isinstance(extras, ReportExtras)
+    return results[0].diagnosis, extras, Path(output).stat().st_size

@@ -1,0 +1,124 @@
+"""The result of a scan as frozen values: what was read (RunSummary) and what was found (Diagnosis).
+
+Renderers read only these; the pipeline (:mod:`collapse_doctor.pipeline`) builds them.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from collapse_doctor.config import Config
+from collapse_doctor.findings import Finding, failing, plain
+
+if TYPE_CHECKING:
+    from collapse_doctor.scalars import ScalarSeries
+    from collapse_doctor.series import RunSeries
+
+JSON_FORMAT_VERSION = 1
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    """What was read: sizes, channels, weights and the aggregation the run used."""
+
+    sources: tuple[str, ...]
+    steps: int
+    rollouts: int
+    groups: int
+    group_size_min: int
+    group_size_max: int
+    first_step: int | None
+    last_step: int | None
+    channels: tuple[str, ...]
+    weights: dict[str, float]
+    algorithm: str
+    algorithm_source: str
+    logged_advantage: bool
+    device: str
+    warnings: tuple[str, ...] = ()
+    ground_truth: dict[str, Any] | None = None
+    name: str | None = None
+    """The run's name when the input held several runs (a log directory with one subdirectory per run)."""
+    scalar_points: int = 0
+    """Scalar points read from the run's scalar log (every point, before duplicates were dropped)."""
+    scalar_framework: str | None = None
+    dynamic_weight_channels: tuple[str, ...] = ()
+    """Channels whose per-row weights the rollouts carry (``weight/<channel>``: retrain's gdpo-dynamic).
+
+    Read by the detectors and remedies; not part of the JSON output."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return ({"name": self.name} if self.name is not None else {}) | {
+            "sources": list(self.sources),
+            "steps": self.steps,
+            "rollouts": self.rollouts,
+            "groups": self.groups,
+            "group_size": {"min": self.group_size_min, "max": self.group_size_max},
+            "step_range": [self.first_step, self.last_step],
+            "channels": list(self.channels),
+            "weights": self.weights,
+            "algorithm": self.algorithm,
+            "algorithm_source": self.algorithm_source,
+            "logged_advantage": self.logged_advantage,
+            "device": self.device,
+            "warnings": list(self.warnings),
+            "scalar_points": self.scalar_points,
+            "scalar_framework": self.scalar_framework,
+        }
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    """The result of a scan: verdict, findings (most severe first), run summary and per-step series."""
+
+    verdict: str
+    findings: tuple[Finding, ...]
+    run: RunSummary
+    series: RunSeries
+    detectors: Mapping[str, str]
+    """``{code: name}`` of every detector selected, in code order (ran or skipped)."""
+    skipped: dict[str, str] = field(default_factory=dict)
+    config: Config = field(default_factory=Config)
+    seconds: float = 0.0
+    scalars: ScalarSeries | None = None
+    """The run's scalar log in canonical names (TensorBoard, trainer_state.json, verl file logger)."""
+    channels: tuple[Mapping[str, Any], ...] = ()
+    """The channel table (:func:`collapse_doctor.engine.channel_table.channel_table`), one row per channel."""
+
+    def failing(self, fail_on: str | None = None) -> list[Finding]:
+        """Findings at or above ``fail_on`` (crashed detectors always count, except with ``never``)."""
+        return failing(self.findings, fail_on or self.config.fail_on)
+
+    def exit_code(self, fail_on: str | None = None) -> int:
+        return 1 if self.failing(fail_on) else 0
+
+    def channel_table(self) -> list[dict[str, Any]]:
+        """Per channel: weight, rel_gain peak -> now, variance share, constant-group share (see ``channels``)."""
+        return [dict(row) for row in self.channels]
+
+    def to_dict(self, *, include_series: bool = True) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "format_version": JSON_FORMAT_VERSION,
+            "verdict": self.verdict,
+            "fail_on": self.config.fail_on,
+            "exit_code": self.exit_code(),
+            "run": plain(self.run.to_dict()),
+            "channels": plain(self.channel_table()),
+            "detectors": {
+                code: {"name": name, "status": "skipped" if code in self.skipped else "ran"}
+                | ({"reason": self.skipped[code]} if code in self.skipped else {})
+                for code, name in self.detectors.items()
+            },
+            "findings": [f.to_dict() for f in self.findings],
+        }
+        if include_series:
+            out["series"] = self.series.to_json()
+            if self.scalars is not None:
+                out["scalars"] = self.scalars.to_json()
+        return out
+
+    def to_json(self, *, include_series: bool = True, indent: int | None = 2) -> str:
+        return json.dumps(self.to_dict(include_series=include_series), indent=indent, allow_nan=False)

@@ -1,0 +1,92 @@
+"""Smoothing and persistence on per-step series: the one implementation every detector uses.
+
+Pure numpy functions, no state. A level is smoothed with a centred rolling median, a share with a rolling
+mean; the window shrinks at the edges (only the values that exist count), and NaN values are ignored.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+
+FAST_PATH_MIN = 4096
+"""Series at least this long (and NaN-free) take scipy's C filters for their interior."""
+
+
+def _rolling_exact(values: np.ndarray, half: int, how: str) -> np.ndarray:
+    padded = np.concatenate([np.full(half, np.nan), values, np.full(half, np.nan)])
+    windows = np.lib.stride_tricks.sliding_window_view(padded, 2 * half + 1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        reduce = np.nanmedian if how == "median" else np.nanmean
+        return np.asarray(reduce(windows, axis=1), dtype=np.float64)
+
+
+def rolling(values: np.ndarray, window: int, how: str = "median") -> np.ndarray:
+    """Centred rolling median (or mean, ``how="mean"``) over ``window`` values (made odd), ignoring NaN.
+
+    The window shrinks at the edges. Long NaN-free series (scalar logs hold millions of points) compute their
+    interior with scipy's C filters and their edges exactly, with the same result.
+
+    >>> rolling(np.array([1.0, 9.0, 1.0, 1.0, 1.0]), 3).tolist()
+    [5.0, 1.0, 1.0, 1.0, 1.0]
+    >>> rolling(np.array([1.0, np.nan, 3.0]), 3, how="mean").tolist()
+    [1.0, 2.0, 3.0]
+    """
+    data = np.asarray(values, dtype=np.float64)
+    half = max(1, int(window)) // 2
+    n = len(data)
+    if half == 0 or n == 0:
+        return data.copy()
+    if n < max(FAST_PATH_MIN, 4 * half + 2) or np.isnan(data).any():
+        return _rolling_exact(data, half, how)
+    from scipy.ndimage import median_filter, uniform_filter1d
+
+    size = 2 * half + 1
+    if how == "median":
+        out = np.asarray(median_filter(data, size=size, mode="nearest"), dtype=np.float64)
+    else:
+        out = np.asarray(uniform_filter1d(data, size=size, mode="nearest"), dtype=np.float64)
+    edge = 3 * half + 1  # the edge windows lie within the first (last) 3 * half + 1 values
+    out[:half] = _rolling_exact(data[:edge], half, how)[:half]
+    out[n - half :] = _rolling_exact(data[n - edge :], half, how)[edge - half :]
+    return out
+
+
+def persistent_onset(condition: np.ndarray, min_run: int) -> tuple[int, int] | None:
+    """Where a condition holds persistently: (start, end) indices, inclusive, or ``None``.
+
+    ``start`` opens the first stretch of at least ``min_run`` consecutive True values (the onset);
+    ``end`` closes the last such stretch, so the range covers every sustained episode.
+
+    >>> persistent_onset(np.array([0, 1, 1, 0, 1, 1, 1, 1, 0, 1, 1, 1], bool), 3)
+    (4, 11)
+    >>> persistent_onset(np.array([1, 0, 1], bool), 2) is None
+    True
+    """
+    min_run = max(1, int(min_run))
+    values = np.asarray(condition, dtype=bool)
+    padded = np.concatenate([[False], values, [False]])
+    edges = np.flatnonzero(np.diff(padded.astype(np.int8)))
+    starts, ends = edges[::2], edges[1::2] - 1
+    long_enough = (ends - starts + 1) >= min_run
+    if not long_enough.any():
+        return None
+    return int(starts[long_enough][0]), int(ends[long_enough][-1])
+
+
+def ratio_to_running_peak(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each value over the highest value so far (along axis 0), and that running peak.
+
+    The ratio is NaN where the peak is not positive (nothing to fall from) or the value is NaN.
+
+    >>> ratio, peak = ratio_to_running_peak(np.array([0.0, 0.8, np.nan, 0.2]))
+    >>> ratio.tolist()[1:], peak.tolist()
+    ([1.0, nan, 0.25], [0.0, 0.8, 0.8, 0.8])
+    """
+    data = np.asarray(values, dtype=np.float64)
+    peak = np.fmax.accumulate(np.where(np.isfinite(data), data, -np.inf), axis=0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        ratio = np.where(peak > 0, data / np.where(peak > 0, peak, 1.0), np.nan)
+    return ratio, peak

@@ -1,0 +1,42 @@
+"""Within-group (demeaned) correlation of each channel pair, with its sufficient sums.
+
+For the pair (i, j), over the rows where both rewards exist: ``corr_sxy = sum dev_i dev_j``,
+``corr_sxx = sum dev_i^2``, ``corr_syy = sum dev_j^2`` (deviations from each channel's own group mean)
+and ``within_corr = sxy / sqrt(sxx syy)``. Pairs in ``itertools.combinations`` order; none for one channel.
+"""
+
+from __future__ import annotations
+
+from itertools import combinations
+
+import torch
+from torch import Tensor
+
+from collapse_doctor.stats.chunk import DenseChunk, GeneralChunk
+from collapse_doctor.stats.kernels import ratio
+
+NAMES = ("corr_sxy", "corr_sxx", "corr_syy", "within_corr")
+
+
+def general(c: GeneralChunk) -> dict[str, Tensor]:
+    pairs = list(combinations(range(c.num_channels), 2))
+    if not pairs:
+        return {}
+    r, dev = c.rewards, c.dev
+    both = [(~torch.isnan(r[:, i]) & ~torch.isnan(r[:, j])).double() for i, j in pairs]
+    sxy = torch.stack([c.steps_sum(dev[:, i] * dev[:, j] * b) for (i, j), b in zip(pairs, both, strict=True)], 1)
+    sxx = torch.stack([c.steps_sum(dev[:, i] ** 2 * b) for (i, _), b in zip(pairs, both, strict=True)], 1)
+    syy = torch.stack([c.steps_sum(dev[:, j] ** 2 * b) for (_, j), b in zip(pairs, both, strict=True)], 1)
+    return {"corr_sxy": sxy, "corr_sxx": sxx, "corr_syy": syy, "within_corr": ratio(sxy, (sxx * syy).sqrt())}
+
+
+def dense(c: DenseChunk) -> dict[str, Tensor]:
+    pairs = list(combinations(range(c.num_channels), 2))
+    if not pairs:
+        return {}
+    dev = c.dev
+    squares = c.steps_sum((dev * dev).sum(dim=-2))  # [S, C]
+    sxy = torch.stack([c.steps_sum((dev[i] * dev[j]).sum(dim=0)) for i, j in pairs], 1)
+    sxx = torch.stack([squares[:, i] for i, _ in pairs], 1)
+    syy = torch.stack([squares[:, j] for _, j in pairs], 1)
+    return {"corr_sxy": sxy, "corr_sxx": sxx, "corr_syy": syy, "within_corr": ratio(sxy, (sxx * syy).sqrt())}

@@ -1,0 +1,65 @@
+"""Dominance: the share of samples whose advantage sign each channel decides.
+
+Per row, the deciding channel is the one whose contribution to the advantage (``w_c dev_c`` under GRPO,
+``w_c z_c`` under GDPO) is largest in absolute value, the first on ties, when its sign agrees with the
+advantage's (``dev_t`` / the fused sum). ``dominance_*[c]`` is the share of rows channel c decides among
+the rows whose advantage carries signal (``|adv| > 1e-6``); rows where the largest part disagrees count in
+the denominator only.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from collapse_doctor.stats.chunk import DenseChunk, GeneralChunk
+from collapse_doctor.stats.kernels import first_argmax, ratio
+
+NAMES = ("dominance_grpo", "dominance_gdpo")
+
+
+def deciders(parts: list[Tensor], adv: Tensor) -> Tensor:
+    """Per row: the channel whose contribution is largest and agrees in sign with ``adv``.
+
+    ``C`` (the number of channels) where the largest one disagrees, ``C + 1`` where ``adv`` carries no signal.
+
+    >>> deciders([torch.tensor([2.0, -3.0, 0.0]), torch.tensor([-1.0, 1.0, 0.0])], torch.tensor([1.0, 1.0, 0.0]))
+    tensor([0, 2, 3])
+    """
+    n_ch = len(parts)
+    winner, _ = first_argmax([p.abs() for p in parts])
+    decisive = parts[0]
+    for k in range(1, n_ch):
+        take = (winner == k).to(parts[k].dtype)
+        decisive = decisive + take * (parts[k] - decisive)
+    agrees = (torch.sign(decisive) == torch.sign(adv)).to(torch.int64)
+    code = n_ch + agrees * (winner - n_ch)
+    silent = (adv.abs() <= 1e-6).to(torch.int64)
+    return code + silent * (n_ch + 1 - code)
+
+
+def general(c: GeneralChunk) -> dict[str, Tensor]:
+    n_ch, w = c.num_channels, c.weights
+    out: dict[str, Tensor] = {}
+    for name, contrib, adv in (
+        ("dominance_grpo", w * c.dev, c.dev_t),
+        ("dominance_gdpo", w * c.zscores, c.fused),
+    ):
+        codes = deciders(list(contrib.unbind(dim=1)), adv)
+        hits = torch.nn.functional.one_hot(codes, n_ch + 2).double()
+        out[name] = ratio(c.steps_sum(hits[:, :n_ch]), c.steps_sum(hits[:, : n_ch + 1].sum(dim=1))[:, None])
+    return out
+
+
+def dense(c: DenseChunk) -> dict[str, Tensor]:
+    n_ch, S = c.num_channels, c.num_steps
+    bins = n_ch + 2
+    out: dict[str, Tensor] = {}
+    for name, parts, adv in (
+        ("dominance_grpo", c.weighted(c.dev), c.dev_t),
+        ("dominance_gdpo", c.weighted(c.zscores), c.fused),
+    ):
+        codes = deciders(parts, adv) + c.group_step * bins
+        counts = torch.bincount(codes.view(-1), minlength=S * bins).view(S, bins).to(torch.float64)
+        out[name] = ratio(counts[:, :n_ch], counts[:, : n_ch + 1].sum(dim=1, keepdim=True))
+    return out

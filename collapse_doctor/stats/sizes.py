@@ -1,0 +1,32 @@
+"""Rollouts, groups and group sizes per step."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from collapse_doctor.stats.chunk import DenseChunk, GeneralChunk
+from collapse_doctor.stats.kernels import segment_extreme, segment_sum
+
+NAMES = ("rollouts", "groups", "group_size_min", "group_size_max")
+
+
+def general(c: GeneralChunk) -> dict[str, Tensor]:
+    rows = c.group_rows
+    S = c.num_steps
+    return {
+        "rollouts": segment_sum(torch.ones(c.num_rows, device=c.device), c.step_index, S),
+        "groups": c.steps_of_groups((rows > 0).to(torch.float64)),
+        "group_size_min": segment_extreme(torch.where(rows > 0, rows, torch.nan), c.group_step, S, "amin"),
+        "group_size_max": segment_extreme(rows, c.group_step, S, "amax"),
+    }
+
+
+def dense(c: DenseChunk) -> dict[str, Tensor]:
+    gps, g = c.gps, c.g
+    return {
+        "rollouts": gps * g,
+        "groups": gps,
+        "group_size_min": torch.where(gps > 0, float(g), torch.nan),
+        "group_size_max": torch.where(gps > 0, float(g), torch.nan),
+    }

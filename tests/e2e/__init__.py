@@ -1,0 +1,1 @@
+"""End to end: the command line, its outputs against the goldens, the report in a browser."""

@@ -1,0 +1,177 @@
+"""TensorBoard event files: every point, both scalar encodings, framing errors, restarts, several runs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import jsonschema
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from collapse_doctor import diagnose
+from collapse_doctor.cli import app
+from collapse_doctor.errors import InputError
+from collapse_doctor.io.discovery import discover_runs
+from collapse_doctor.io.scalar_cache import ScalarCache
+from collapse_doctor.io.tensorboard import read_event_file
+from collapse_doctor.options import ScanOptions
+from tests.helpers.scalar_runs import record, scalar_event, session_start, trl_run, write_events, write_raw
+
+SCHEMA = json.loads((Path(__file__).resolve().parents[3] / "docs" / "scan-output.schema.json").read_text())
+
+
+def _event_file(directory: Path) -> Path:
+    return next(p for p in directory.rglob("*") if "tfevents" in p.name)
+
+
+def test_reads_every_point_like_event_accumulator(tmp_path: Path) -> None:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    rng = np.random.default_rng(0)
+    values = {"train/kl": rng.random(12_000), "train/reward": rng.random(12_000)}
+    write_events(tmp_path / "run", values)
+    log = ScalarCache().read([_event_file(tmp_path)])
+    assert log.points == 24_000 and log.duplicates == 0
+    accumulator = EventAccumulator(str(_event_file(tmp_path)), size_guidance={"scalars": 0})
+    accumulator.Reload()
+    for tag in values:
+        expected = accumulator.Scalars(tag)
+        assert len(expected) == 12_000  # more than EventAccumulator's default reservoir of 10,000
+        np.testing.assert_array_equal(log.tags[tag].steps, [e.step for e in expected])
+        np.testing.assert_array_equal(log.tags[tag].values, np.float32([e.value for e in expected]))
+
+
+def test_tensor_scalars_and_simple_values(tmp_path: Path) -> None:
+    path = write_raw(
+        tmp_path / "events.out.tfevents.1.host",
+        [scalar_event("a", 1.5, 0, 1.0), scalar_event("b", 2.5, 0, 1.0, tensor=True)],
+    )
+    log = ScalarCache().read([path])
+    assert log.tags["a"].values.tolist() == [1.5]
+    assert log.tags["b"].values.tolist() == [2.5]
+
+
+def test_truncated_last_record_is_a_note_not_an_error(tmp_path: Path) -> None:
+    payloads = [scalar_event("train/kl", 0.1 * i, i, float(i)) for i in range(20)]
+    path = write_raw(tmp_path / "events.out.tfevents.1.host", payloads)
+    whole = path.read_bytes()
+    path.write_bytes(whole[:-7])
+    read = read_event_file(path)
+    assert read.truncated and read.points == 19
+    assert read.end == len(whole) - len(record(payloads[-1]))
+    log = ScalarCache().read([path])
+    assert any("incomplete" in note for note in log.notes())
+
+
+def test_corrupt_record_names_the_byte_offset(tmp_path: Path) -> None:
+    payloads = [scalar_event("train/kl", 0.1 * i, i, float(i)) for i in range(5)]
+    path = write_raw(tmp_path / "run" / "events.out.tfevents.1.host", payloads)
+    data = bytearray(path.read_bytes())
+    second = len(record(payloads[0]))
+    data[second + 14] ^= 0xFF  # inside the second payload
+    path.write_bytes(bytes(data))
+    with pytest.raises(InputError, match=f"corrupt TensorBoard record at byte {second} "):
+        read_event_file(path)
+    result = CliRunner().invoke(app, ["scan", str(tmp_path / "run")])
+    assert result.exit_code == 2
+    assert len(result.stderr.strip().splitlines()) == 1 and "checksum mismatch" in result.stderr
+
+
+def test_restarts_keep_the_latest_point_and_honour_session_start(tmp_path: Path) -> None:
+    first = [scalar_event("train/kl", 1.0, s, 100.0 + s) for s in range(10)]
+    # Restart from step 5: a START event purges steps >= 5 logged before it.
+    first += [session_start(5, 200.0)] + [scalar_event("train/kl", 2.0, s, 200.0 + s) for s in range(5, 8)]
+    write_raw(tmp_path / "events.out.tfevents.100.host", first)
+    # A second file (a PyTorch restart without START): steps 7..9 again, later wall times win.
+    write_raw(
+        tmp_path / "events.out.tfevents.300.host", [scalar_event("train/kl", 3.0, s, 300.0 + s) for s in (7, 8, 9)]
+    )
+    log = ScalarCache().read(sorted(tmp_path.iterdir()))
+    kl = log.tags["train/kl"]
+    assert kl.steps.tolist() == list(range(10))
+    assert kl.values.tolist() == [1.0] * 5 + [2.0] * 2 + [3.0] * 3
+    assert log.purged == 5 and log.duplicates == 1
+    assert log.points == 16
+
+
+def test_incremental_reads_parse_only_new_records(tmp_path: Path) -> None:
+    path = tmp_path / "events.out.tfevents.1.host"
+    payloads = [scalar_event("train/kl", float(i), i, float(i)) for i in range(30)]
+    data = b"".join(record(p) for p in payloads)
+    ten = sum(len(record(p)) for p in payloads[:10])
+    path.write_bytes(data[: ten + 5])  # ten records and a partial one
+    cache = ScalarCache()
+    assert cache.read([path]).tags["train/kl"].steps.tolist() == list(range(10))
+    path.write_bytes(data)
+    log = cache.read([path])
+    assert log.tags["train/kl"].steps.tolist() == list(range(30)) and log.points == 30
+    assert [r.start for r in cache._reads[path]] == [0, ten]
+
+
+def test_scan_of_a_scalar_only_run_reports_points_and_skips_rollout_detectors(tmp_path: Path) -> None:
+    trl_run(tmp_path)
+    out = tmp_path / "scan.json"
+    result = CliRunner().invoke(app, ["scan", str(tmp_path), "--json", str(out)], env={"NO_COLOR": "1"})
+    assert result.exit_code == 0, result.output
+    data = json.loads(out.read_text())
+    jsonschema.validate(data, SCHEMA)
+    assert data["run"]["scalar_points"] == 200 * 11
+    assert data["run"]["scalar_framework"] == "trl"
+    assert data["run"]["channels"] == ["correct_reward", "format_reward"]
+    assert data["detectors"]["CD101"]["status"] == "skipped"
+    assert data["detectors"]["CD501"]["status"] == "ran"
+    assert data["scalars"]["series"]["kl"]["step"][:3] == [0, 1, 2]
+    assert {row["channel"] for row in data["channels"]} == {"correct_reward", "format_reward"}
+    assert "scalar log 2,200 points (trl)" in result.stdout
+    assert "reward std peak -> now" in result.stdout
+    markdown = tmp_path / "summary.md"
+    assert CliRunner().invoke(app, ["scan", str(tmp_path), "--markdown", str(markdown)]).exit_code == 0
+    assert "200 steps in the scalar log (2,200 points, trl), no rollouts" in markdown.read_text()
+
+
+def test_several_runs_are_reported_side_by_side(tmp_path: Path) -> None:
+    from tests.helpers.scalar_runs import after, trl_series
+
+    write_events(tmp_path / "logs" / "good", trl_series())
+    write_events(tmp_path / "logs" / "bad", trl_series(train__entropy=after(90, 0.8, 0.05)))
+    assert sorted(r.name for r in discover_runs([tmp_path / "logs"])) == ["bad", "good"]
+    runner = CliRunner()
+    result = runner.invoke(app, ["scan", str(tmp_path / "logs"), "--format", "json"])
+    assert result.exit_code == 1, result.output
+    data = json.loads(result.stdout)
+    assert data["verdict"] == "collapsed" and data["exit_code"] == 1
+    assert {r["run"]["name"]: r["verdict"] for r in data["runs"]} == {"bad": "collapsed", "good": "healthy"}
+    for run in data["runs"]:
+        jsonschema.validate(run, SCHEMA)
+    text = runner.invoke(app, ["scan", str(tmp_path / "logs")], env={"NO_COLOR": "1"})
+    assert "run bad:" in text.stdout and "run good:" in text.stdout
+    good = runner.invoke(app, ["scan", str(tmp_path / "logs"), "--run", "good", "--format", "json"])
+    assert good.exit_code == 0 and json.loads(good.stdout)["run"]["name"] == "good"
+    missing = runner.invoke(app, ["scan", str(tmp_path / "logs"), "--run", "other"])
+    assert missing.exit_code == 2 and "matches no run; found: bad, good" in missing.stderr
+    junit = runner.invoke(app, ["scan", str(tmp_path / "logs"), "--junit", str(tmp_path / "j.xml")])
+    assert junit.exit_code == 2 and "--run NAME" in junit.stderr
+    with pytest.raises(Exception, match="found 2 runs"):
+        diagnose([tmp_path / "logs"], ScanOptions.of(device="cpu"))
+
+
+def test_sample_trl_tensorboard_log() -> None:
+    sample = Path(__file__).resolve().parents[3] / "sample_logs" / "trl-tensorboard"
+    diagnosis = diagnose([sample], ScanOptions.of(device="cpu"))
+    assert diagnosis.run.scalar_points == 2200 and diagnosis.run.scalar_framework == "trl"
+    found = {(f.code, f.channels, f.onset_step) for f in diagnosis.findings}
+    assert found == {("CD503", (), 90), ("CD505", ("format_reward",), 100)}
+
+
+@pytest.mark.parametrize("new_length", [3, 1 << 40], ids=["shorter", "past-the-end"])
+def test_corrupt_length_names_its_record(new_length: int, tmp_path: Path) -> None:
+    payloads = [scalar_event("train/kl", 0.1 * i, i, float(i)) for i in range(6)]
+    path = write_raw(tmp_path / "events.out.tfevents.1.host", payloads)
+    data = bytearray(path.read_bytes())
+    third = sum(len(record(p)) for p in payloads[:2])
+    data[third : third + 8] = new_length.to_bytes(8, "little")
+    path.write_bytes(bytes(data))
+    with pytest.raises(InputError, match=f"corrupt TensorBoard record at byte {third} \\(length checksum"):
+        read_event_file(path)

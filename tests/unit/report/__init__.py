@@ -1,0 +1,1 @@
+"""Unit tests of the renderers and the output dispatcher (collapse_doctor/report/)."""

@@ -1,0 +1,78 @@
+"""The dense fast path agrees with the general path, is only taken for its layout, and hand-checked values."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from collapse_doctor.advantages import compute_advantages
+from collapse_doctor.stats import ChunkInput, dense_group_size, step_statistics
+
+
+def _chunk(rewards: np.ndarray, group_size: int, groups_per_step: list[int], logged: bool = False) -> ChunkInput:
+    n = rewards.shape[0]
+    gi = torch.arange(n) // group_size
+    si = torch.repeat_interleave(torch.arange(len(groups_per_step)), torch.tensor(groups_per_step) * group_size)
+    r = torch.from_numpy(rewards.astype(np.float32))
+    w = torch.tensor([1.0, 0.5, 2.0][: r.shape[1]])
+    adv = compute_advantages(r, gi, weights=w, step_index=si)
+    log = adv.grpo * 1.5 if logged else None
+    return ChunkInput(r, gi, si, w, adv, int(gi.max()) + 1, len(groups_per_step), log)
+
+
+def _data(seed: int, n: int, channels: int) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    columns = [rng.integers(0, 2, n).astype(float), rng.random(n), np.round(rng.normal(0, 1, n), 1)]
+    data = np.stack(columns[:channels], axis=1)
+    data[: 8 * 3] = 1.0  # some constant groups
+    data[40:48, -1] = 0.25  # a constant channel in one group
+    data[n // 2] += 25.0  # an outlier
+    return data
+
+
+@pytest.mark.parametrize(("group_size", "channels"), [(8, 3), (4, 2), (16, 1)])
+def test_dense_path_matches_general_path(group_size: int, channels: int) -> None:
+    steps = [5, 7, 4]
+    rewards = _data(group_size, sum(steps) * group_size, channels)
+    chunk = _chunk(rewards, group_size, steps, logged=True)
+    assert dense_group_size(chunk) == group_size
+    dense = step_statistics(chunk)
+    general = step_statistics(chunk, allow_dense=False)
+    assert list(dense) == list(general)
+    for key in general:
+        np.testing.assert_allclose(dense[key].numpy(), general[key].numpy(), rtol=2e-5, atol=1e-6, err_msg=key)
+
+
+def test_dense_path_is_not_used_for_other_layouts() -> None:
+    rewards = _data(0, 64, 2)
+    chunk = _chunk(rewards, 8, [8])
+    nan_rewards = rewards.copy()
+    nan_rewards[3, 1] = np.nan
+    assert dense_group_size(_chunk(nan_rewards, 8, [8])) is None
+    shuffled = ChunkInput(
+        chunk.rewards, chunk.group_index.flip(0), chunk.step_index, chunk.weights, chunk.advantages, 8, 1
+    )
+    assert dense_group_size(shuffled) is None
+
+
+def test_known_values() -> None:
+    # One step, two groups of 4: channel a is constant in group 0; totals tie in group 1.
+    rewards = np.array(
+        [[1, 0], [1, 1], [1, 0], [1, 1], [1, 0], [0, 1], [0, 0], [1, 1]],
+        dtype=float,
+    )
+    r = torch.from_numpy(rewards.astype(np.float32))
+    gi = torch.tensor([0, 0, 0, 0, 1, 1, 1, 1])
+    si = torch.zeros(8, dtype=torch.int64)
+    w = torch.ones(2)
+    adv = compute_advantages(r, gi, weights=w, step_index=si)
+    for allow_dense in (True, False):
+        st = step_statistics(ChunkInput(r, gi, si, w, adv, 2, 1), allow_dense=allow_dense)
+        assert st["rel_gain"].tolist() == [[0.5, 1.0]]  # a: (0 + 1) / 2 groups, b: 1 in both
+        assert st["channel_zero_var_share"].tolist() == [[0.5, 0.0]]
+        # group 1 pairs: (1,0)-(0,1) tie with different vectors; 6 pairs per group, (1,1)/(1,1) identical
+        # in group 0 twice ((1,0),(1,0) and (1,1),(1,1)); group 1 has no identical pair.
+        assert st["differing_pairs"].tolist() == [4 + 6]
+        assert st["tied_pair_share"].tolist() == [0.1]
+        assert st["zero_var_share"].tolist() == [0.0]
