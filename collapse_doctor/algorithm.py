@@ -5,7 +5,7 @@ Reads only the run's series and what the reader learnt; no I/O.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
@@ -14,7 +14,8 @@ from collapse_doctor.series import RECOMPUTATIONS, RunSeries
 
 ALGO_MATCH_MAE = 0.01
 """Logged advantages within this mean absolute difference of a recomputation identify the algorithm."""
-_SCALES = {"grpo": "group", "grpo_batch": "batch", "grpo_none": "none"}
+SCALE_OF = {"grpo": "group", "grpo_batch": "batch", "grpo_none": "none"}
+"""The GRPO ``--scale`` of each GRPO recomputation."""
 
 
 def detect_algorithm(series: RunSeries, algo: str, dynamic_weight_channels: Sequence[str] = ()) -> tuple[str, str]:
@@ -37,11 +38,27 @@ def _from_logged(series: RunSeries, algo: str) -> tuple[str, str]:
         return algo, "--algo"
     if "logged_mae_grpo" not in series:
         return "unknown", "no logged advantage column"
-    candidates = {name: float(np.nanmean(series[f"logged_mae_{name}"])) for name in RECOMPUTATIONS}
-    best = min(candidates, key=lambda k: candidates[k] if np.isfinite(candidates[k]) else np.inf)
-    if candidates[best] <= ALGO_MATCH_MAE:
-        scale = _SCALES.get(best)
-        label = "gdpo" if best == "gdpo" else "grpo"
-        detail = f"logged advantages match {label.upper()}" + (f" (scale {scale})" if scale else "")
-        return label, detail
-    return "unknown", f"logged advantages match no recomputation (closest: {best}, {candidates[best]:.3g})"
+    match, detail = match_logged({name: float(np.nanmean(series[f"logged_mae_{name}"])) for name in RECOMPUTATIONS})
+    if match is None:
+        return "unknown", detail
+    return ("gdpo" if match == "gdpo" else "grpo"), detail
+
+
+def match_logged(mae: Mapping[str, float]) -> tuple[str | None, str]:
+    """The recomputation (a :data:`~collapse_doctor.series.RECOMPUTATIONS` name) the logged advantages match,
+    given the mean absolute difference to each, or ``None``; and the sentence that says so.
+
+    Within :data:`ALGO_MATCH_MAE`; the closest wins, ties in ``RECOMPUTATIONS`` order.
+
+    >>> match_logged({"grpo": 0.2, "grpo_batch": 0.001, "grpo_none": 0.5, "gdpo": 0.3})
+    ('grpo_batch', 'logged advantages match GRPO (scale batch)')
+    >>> match_logged({"grpo": 0.2, "gdpo": 0.3})[0] is None
+    True
+    """
+    ordered = [name for name in RECOMPUTATIONS if name in mae]
+    best = min(ordered, key=lambda k: mae[k] if np.isfinite(mae[k]) else np.inf)
+    if mae[best] <= ALGO_MATCH_MAE:
+        scale = SCALE_OF.get(best)
+        label = "GDPO" if best == "gdpo" else "GRPO"
+        return best, f"logged advantages match {label}" + (f" (scale {scale})" if scale else "")
+    return None, f"logged advantages match no recomputation (closest: {best}, {mae[best]:.3g})"

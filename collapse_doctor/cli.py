@@ -285,7 +285,10 @@ def advantages(
     paths: RunPathsArgument,
     output: Annotated[Path, typer.Option("-o", "--output", help="Output Parquet file.")],
     convention: Annotated[str, typer.Option("--convention", help="trl, verl or paper.")] = "trl",
-    scale: Annotated[str, typer.Option("--scale", help="GRPO scaling: group, batch or none.")] = "group",
+    scale: Annotated[
+        str | None,
+        typer.Option("--scale", help="GRPO scaling: group, batch or none (default: what the logged advantages match)."),
+    ] = None,
     *,
     options: ScanOptions,
 ) -> None:
@@ -311,7 +314,7 @@ def advantages(
     channels = ", ".join(f"{c} (w={summary.weights[c]:g})" for c in summary.channels)
     typer.echo(
         f"wrote {summary.output}: {summary.rows:,} rows, {summary.steps:,} steps; channels {channels}; "
-        f"convention {summary.convention}, scale {summary.scale}, device {summary.device}, "
+        f"convention {summary.convention}, scale {summary.scale} ({summary.scale_source}), device {summary.device}, "
         f"{summary.seconds:.1f} s"
     )
 

@@ -17,7 +17,15 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from collapse_doctor.advantages import CONVENTIONS, SCALES, compute_advantages, resolve_device
+from collapse_doctor.advantages import (
+    CONVENTIONS,
+    SCALES,
+    compute_advantages,
+    gdpo_advantages,
+    grpo_advantages,
+    resolve_device,
+)
+from collapse_doctor.algorithm import SCALE_OF, match_logged
 from collapse_doctor.batching import chunk_steps, stack_chunk
 from collapse_doctor.errors import InputError, SchemaError, UsageError
 from collapse_doctor.io.atomic import atomic_path
@@ -50,6 +58,8 @@ class ExportSummary:
     convention: str
     scale: str
     device: str
+    scale_source: str
+    """Why ``scale`` was used: "--scale", "detected: ..." (from the logged advantages) or "default: ..."."""
     warnings: tuple[str, ...]
     seconds: float
 
@@ -159,6 +169,61 @@ def _chunk_table(
     return row_ids, pa.table(columns)
 
 
+def _metadata(run: ParquetRun, *, convention: str, scale: str, scale_source: str) -> dict[str, str]:
+    """The output's key-value metadata: the weights, how the advantages were computed, the ground truth."""
+    metadata = {
+        WEIGHTS_METADATA_KEY: json.dumps(run.weights),
+        ADVANTAGES_METADATA_KEY: json.dumps(
+            {
+                "convention": convention,
+                "scale": scale,
+                "scale_source": scale_source,
+                "channels": list(run.channels),
+                "sources": len(run.files),
+            }
+        ),
+    }
+    truth = run.metadata.get(GROUND_TRUTH_METADATA_KEY.encode())
+    if truth is not None:
+        metadata[GROUND_TRUTH_METADATA_KEY] = truth.decode()
+    return metadata
+
+
+def detect_scale(chunk: list[RolloutBatch], run: ParquetRun, *, device: str, convention: str) -> tuple[str, str]:
+    """The GRPO scaling the logged advantages of ``chunk`` match, and why (the source line).
+
+    The logged column is compared with GRPO under each scale and with GDPO, as ``scan`` does
+    (:func:`collapse_doctor.algorithm.match_logged`), on this one chunk (the export's first: up to ~1M rows), so
+    the export reads nothing twice. Without a logged column, or when it matches GDPO (which no scale changes) or
+    nothing, the scale is ``group``.
+    """
+    stacked = stack_chunk(chunk)
+    if stacked.logged is None:
+        return "group", "default: no logged advantage column"
+    rewards, groups, steps, weights, logged = stacked.tensors(run.channels, run.weights, device)
+    import torch
+
+    has = ~torch.isnan(logged) & ~torch.isnan(rewards).all(dim=1)
+    if not bool(has.any()):
+        return "group", "default: the logged advantage column holds no values"
+    recomputed = {
+        name: grpo_advantages(rewards, groups, weights=weights, step_index=steps, scale=s, convention=convention)  # type: ignore[arg-type]
+        for name, s in SCALE_OF.items()
+    }
+    recomputed["gdpo"] = gdpo_advantages(rewards, groups, weights=weights, step_index=steps, convention=convention)  # type: ignore[arg-type]
+    mae = {name: float((logged[has] - adv[has]).abs().double().mean()) for name, adv in recomputed.items()}
+    match, _ = match_logged(mae)
+    if match is None:
+        closest = min(mae, key=lambda k: mae[k] if np.isfinite(mae[k]) else np.inf)
+        return "group", (
+            f"default: the logged advantages match no recomputation, closest {closest} at a mean difference of "
+            f"{mae[closest]:.3g}; other channel weights (--weights)?"
+        )
+    if match == "gdpo":
+        return "group", "default: the logged advantages match GDPO, which --scale does not change"
+    return SCALE_OF[match], f"detected: the logged advantages match GRPO with --scale {SCALE_OF[match]}"
+
+
 def _open_rollouts(paths: Sequence[str | Path], read: ReadOptions) -> tuple[ParquetRun, list[Path]]:
     """The rollouts of the one run in ``paths`` (canonical Parquet or a sniffed trainer layout), and their files.
 
@@ -190,7 +255,7 @@ def export_advantages(
     output: str | Path,
     *,
     convention: str = "trl",
-    scale: str = "group",
+    scale: str | None = None,
     weights: dict[str, float] | None = None,
     device: str = "auto",
     step_col: str | None = None,
@@ -199,31 +264,22 @@ def export_advantages(
     group_size: int | None = None,
     on_progress: ProgressCallback | None = None,
 ) -> ExportSummary:
-    """Recompute GRPO/GDPO advantages of a run and write them, one row per input row, to ``output``."""
+    """Recompute GRPO/GDPO advantages of a run and write them, one row per input row, to ``output``.
+
+    Without ``scale``, the GRPO scaling is the one the run's logged advantages match (compared on the first
+    chunk, see :func:`detect_scale`), else ``group``; :attr:`ExportSummary.scale_source` says which and why.
+    """
     if convention not in CONVENTIONS:
         raise UsageError(f"--convention {convention!r} is not one of {', '.join(CONVENTIONS)}")
-    if scale not in SCALES:
+    if scale is not None and scale not in SCALES:
         raise UsageError(f"--scale {scale!r} is not one of {', '.join(SCALES)}")
+    scale_source = "--scale" if scale is not None else "default: no rows"
     started = time.perf_counter()
     dev = str(resolve_device(device))
     read = ReadOptions.of(
         step_col=step_col, group_col=group_col, reward_cols=reward_cols, group_size=group_size, weights=weights
     )
     run, inputs = _open_rollouts(paths, read)
-    metadata = {
-        WEIGHTS_METADATA_KEY: json.dumps(run.weights),
-        ADVANTAGES_METADATA_KEY: json.dumps(
-            {
-                "convention": convention,
-                "scale": scale,
-                "channels": list(run.channels),
-                "sources": len(run.files),
-            }
-        ),
-    }
-    truth = run.metadata.get(GROUND_TRUTH_METADATA_KEY.encode())
-    if truth is not None:
-        metadata[GROUND_TRUTH_METADATA_KEY] = truth.decode()
     done = 0
     steps = 0
     with atomic_path(output, inputs=inputs) as tmp:
@@ -231,8 +287,12 @@ def export_advantages(
         try:
             for chunk in chunk_steps(run.iter_steps()):
                 if writer is None:
+                    if scale is None:
+                        scale, scale_source = detect_scale(chunk, run, device=dev, convention=convention)
+                    metadata = _metadata(run, convention=convention, scale=scale, scale_source=scale_source)
                     schema = _output_schema(run, chunk[0]).with_metadata(metadata)
                     writer = OrderedParquetWriter(tmp, schema)
+                assert scale is not None  # chosen with the writer, on the first chunk
                 row_ids, table = _chunk_table(chunk, run, writer.schema, device=dev, scale=scale, convention=convention)
                 writer.write(row_ids, table)
                 done += table.num_rows
@@ -254,8 +314,9 @@ def export_advantages(
         channels=run.channels,
         weights=run.weights,
         convention=convention,
-        scale=scale,
+        scale=scale or "group",
         device=dev,
+        scale_source=scale_source,
         warnings=tuple(run.notes.warnings()),
         seconds=time.perf_counter() - started,
     )

@@ -122,6 +122,7 @@ class IncrementalScan:
             logged_advantage=all(r.logged_advantage for r in runs),
             device=runs[0].device,
             warnings=tuple(dict.fromkeys(w for r in runs for w in r.warnings)),
+            weights_source=runs[0].weights_source,
             dynamic_weight_channels=dynamic,
         )
         scalars = read_scalar_log(run, self.scalar_cache)

@@ -29,16 +29,24 @@ from collapse_doctor.detectors import REGISTRY, DetectionContext
 from collapse_doctor.detectors.base import select, threshold_defaults
 from collapse_doctor.detectors.runner import run_detectors
 from collapse_doctor.errors import InputError
-from collapse_doctor.findings import verdict_of
+from collapse_doctor.findings import Finding, verdict_of
 from collapse_doctor.io.discovery import RunInputs, choose_run, discover_runs
 from collapse_doctor.io.open import open_rollouts, read_scalar_log
 from collapse_doctor.options import ReadOptions, ScanOptions
 from collapse_doctor.reduce import empty_series, reduce_rollouts
 from collapse_doctor.result import Diagnosis, RunSummary
 from collapse_doctor.schema import resolve_weights
-from collapse_doctor.summary import channel_table, rollout_summary, scalar_only_summary, with_scalar_log
+from collapse_doctor.summary import (
+    channel_table,
+    rollout_summary,
+    scalar_only_summary,
+    with_scalar_log,
+    with_signal,
+)
+from collapse_doctor.weights import weight_inference
 
 if TYPE_CHECKING:
+    from collapse_doctor.io.parquet import ParquetRun
     from collapse_doctor.io.scalar_cache import ScalarCache
     from collapse_doctor.scalars import ScalarSeries
     from collapse_doctor.series import RunSeries
@@ -157,6 +165,7 @@ def detect(
 
     ``started`` is the ``time.perf_counter()`` value the scan began at (``seconds`` stays 0 without it).
     """
+    summary = with_signal(summary, series)
     ctx = DetectionContext(run=summary, series=series, config=config, scalars=scalars)
     findings, skipped = run_detectors(ctx, codes)
     return Diagnosis(
@@ -169,8 +178,14 @@ def detect(
         config=config,
         seconds=time.perf_counter() - started if started is not None else 0.0,
         scalars=scalars,
-        channels=channel_table(summary, series, scalars, config),
+        channels=_with_clipped(channel_table(summary, series, scalars, config), findings),
     )
+
+
+def _with_clipped(rows: tuple[dict[str, Any], ...], findings: Sequence[Finding]) -> tuple[dict[str, Any], ...]:
+    """Channels that follow the length cap (CD104 names them) are "clipped": saturated for the wrong reason."""
+    clipped = {c for f in findings if f.code == "CD104" for c in f.channels}
+    return tuple(row | {"state": "clipped"} if row["channel"] in clipped and "state" in row else row for row in rows)
 
 
 def scan_run(plan: ScanPlan, run: RunInputs, hooks: ScanHooks | None = None) -> ScanResult:
@@ -207,11 +222,63 @@ def scan_run(plan: ScanPlan, run: RunInputs, hooks: ScanHooks | None = None) -> 
         collectors = [collector.collect] if collector is not None else []
         series = reduce_rollouts(reader, device, collectors=collectors, on_progress=hooks.on_progress)
         algorithm = detect_algorithm(series, options.algo, reader.dynamic_weight_channels)
+        reader, series, algorithm, collector, notes = _with_inferred_weights(
+            run, options, hooks, (reader, series, algorithm, collector), device
+        )
         summary = rollout_summary(reader, series, algorithm=algorithm, device=device)
+        summary = replace(summary, warnings=summary.warnings + notes) if notes else summary
     summary = with_scalar_log(summary, scalars, name=run.name if plan.named else None, has_rollouts=reader is not None)
     diagnosis = detect(summary, series, scalars, plan.config, plan.codes, started=started)
     extra = collector.finish(diagnosis) if collector is not None else None
     return ScanResult(diagnosis=diagnosis, inputs=run, extra=extra)
+
+
+INFERRED_WEIGHTS_SOURCE = "inferred from logged advantages"
+"""``RunSummary.weights_source`` of a run rescanned with the weights its logged advantages imply."""
+_Reduction = tuple["ParquetRun", "RunSeries", tuple[str, str], "RunCollector | None"]
+
+
+def _with_inferred_weights(
+    run: RunInputs, options: ScanOptions, hooks: ScanHooks, first: _Reduction, device: str
+) -> tuple[ParquetRun, RunSeries, tuple[str, str], RunCollector | None, tuple[str, ...]]:
+    """The reduction to summarise, and warning lines: a second pass with the weights the logged advantages imply.
+
+    Only for a run read with default weights (no ``--weights``, none in the files) whose logged advantages
+    match no recomputation: TRL keeps ``reward_weights`` only in training_args.bin. When
+    :func:`~collapse_doctor.weights.weight_inference` finds other weights that reproduce the logged advantages,
+    the rollouts are reduced again with them (a new collector sees that pass) and the algorithm detected again;
+    every other run keeps its one pass.
+    """
+    reader, series, algorithm, collector = first
+    sources = reader.weights_source.split(" + ")
+    if algorithm[0] != "unknown" or reader.columns.advantage is None or {"--weights", "file metadata"} & set(sources):
+        return reader, series, algorithm, collector, ()
+    found = weight_inference(series, reader.channels, reader.weights)
+    fit = found.fit
+    if fit is None or all(abs(w - reader.weights[c]) <= 1e-6 for c, w in fit.weights.items()):
+        tried = bool(found.residuals or found.unidentified)  # not for a run with one channel or no fit series
+        notes = (f"channel weights not inferred from the logged advantages: {found.reason}",) if tried else ()
+        return reader, series, algorithm, collector, notes
+    shown = ", ".join(f"{c}={w:.4g}" for c, w in fit.weights.items())
+    read = replace(options.read, weights=fit.weights)
+    again = open_rollouts(run, read, check_rewards_first=False)
+    assert again is not None  # the run opened once already
+    fresh = hooks.collector(run, read) if hooks.collector is not None else None
+    collectors = [fresh.collect] if fresh is not None else []
+    reweighed = reduce_rollouts(again, device, collectors=collectors, on_progress=hooks.on_progress)
+    detected = detect_algorithm(reweighed, options.algo, again.dynamic_weight_channels)
+    if detected[0] == "unknown":  # right up to scale only (scale_rewards="none"): keep the configured weights
+        note = (
+            f"the logged advantages fit channel weights {shown} under {fit.algorithm.upper()} up to scale, but the "
+            "recomputation with them still differs; pass the run's reward_weights with --weights"
+        )
+        return reader, series, algorithm, collector, (note,)
+    again.weights_source = INFERRED_WEIGHTS_SOURCE
+    note = (
+        f"channel weights inferred from the logged advantages: {shown} ({fit.algorithm.upper()} reproduces them "
+        f"to {fit.residual:.0e} relative; the logs do not record reward_weights); --weights overrides"
+    )
+    return again, reweighed, (detected[0], f"{detected[1]} with the inferred weights"), fresh, (note,)
 
 
 def run_scan(plan: ScanPlan, hooks: ScanHooks | None = None) -> list[ScanResult]:

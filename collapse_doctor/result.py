@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from collapse_doctor.config import Config
 from collapse_doctor.findings import Finding, failing, plain
+from collapse_doctor.numbers import pct
 
 if TYPE_CHECKING:
     from collapse_doctor.scalars import ScalarSeries
@@ -45,29 +46,46 @@ class RunSummary:
     scalar_points: int = 0
     """Scalar points read from the run's scalar log (every point, before duplicates were dropped)."""
     scalar_framework: str | None = None
+    weights_source: str = "default 1.0"
+    """Where ``weights`` came from: "--weights", "file metadata", "inferred from logged advantages" or "default 1.0"
+    (several sources joined with " + " when channels differ)."""
+    signal: Mapping[str, Any] | None = None
+    """The signal budget under the run's algorithm (:func:`collapse_doctor.summary.signal_budget`): shares of the
+    whole run's rollouts with zero advantage and of its groups that are silent all-pass / all-fail, with their
+    support. ``None`` for a run without rollouts."""
     dynamic_weight_channels: tuple[str, ...] = ()
     """Channels whose per-row weights the rollouts carry (``weight/<channel>``: retrain's gdpo-dynamic).
 
     Read by the detectors and remedies; not part of the JSON output."""
 
+    @property
+    def counterfactual_algorithm(self) -> str:
+        """The aggregation a finding's ``gdpo_resolves`` was computed on: GRPO for a GDPO run, else GDPO."""
+        return "GRPO" if self.algorithm == "gdpo" else "GDPO"
+
     def to_dict(self) -> dict[str, Any]:
-        return ({"name": self.name} if self.name is not None else {}) | {
-            "sources": list(self.sources),
-            "steps": self.steps,
-            "rollouts": self.rollouts,
-            "groups": self.groups,
-            "group_size": {"min": self.group_size_min, "max": self.group_size_max},
-            "step_range": [self.first_step, self.last_step],
-            "channels": list(self.channels),
-            "weights": self.weights,
-            "algorithm": self.algorithm,
-            "algorithm_source": self.algorithm_source,
-            "logged_advantage": self.logged_advantage,
-            "device": self.device,
-            "warnings": list(self.warnings),
-            "scalar_points": self.scalar_points,
-            "scalar_framework": self.scalar_framework,
-        }
+        return (
+            ({"name": self.name} if self.name is not None else {})
+            | {
+                "sources": list(self.sources),
+                "steps": self.steps,
+                "rollouts": self.rollouts,
+                "groups": self.groups,
+                "group_size": {"min": self.group_size_min, "max": self.group_size_max},
+                "step_range": [self.first_step, self.last_step],
+                "channels": list(self.channels),
+                "weights": self.weights,
+                "weights_source": self.weights_source,
+                "algorithm": self.algorithm,
+                "algorithm_source": self.algorithm_source,
+                "logged_advantage": self.logged_advantage,
+                "device": self.device,
+                "warnings": list(self.warnings),
+                "scalar_points": self.scalar_points,
+                "scalar_framework": self.scalar_framework,
+            }
+            | ({"signal": dict(self.signal)} if self.signal is not None else {})
+        )
 
 
 @dataclass(frozen=True)
@@ -122,3 +140,19 @@ class Diagnosis:
 
     def to_json(self, *, include_series: bool = True, indent: int | None = 2) -> str:
         return json.dumps(self.to_dict(include_series=include_series), indent=indent, allow_nan=False)
+
+
+def signal_sentence(signal: Mapping[str, Any] | None) -> str:
+    """The signal budget in words: ``"31% of rollouts gave no gradient under GRPO (24% of groups all-pass, ...)"``.
+
+    >>> signal_sentence({"algorithm": "grpo", "zero_advantage_rollout_share": 0.31, "all_pass_group_share": 0.24,
+    ...     "all_fail_group_share": 0.05})
+    '31% of rollouts gave no gradient under GRPO (24% of groups all-pass, 5% all-fail)'
+    """
+    if signal is None:
+        return "no rollouts: the signal budget needs them"
+    return (
+        f"{pct(signal['zero_advantage_rollout_share'])} of rollouts gave no gradient under "
+        f"{str(signal['algorithm']).upper()} ({pct(signal['all_pass_group_share'])} of groups all-pass, "
+        f"{pct(signal['all_fail_group_share'])} all-fail)"
+    )

@@ -44,7 +44,9 @@ _GRPO, _GDPO = "GRPO (sum, then normalise)", "GDPO (normalise, then sum)"
 _CATALOGUE = (
     # sizes
     SeriesSpec("rollouts", "run", "Rows in the step."),
+    SeriesSpec("valid_rows", "run", "Rows with at least one reward that is not NaN (valid rows)."),
     SeriesSpec("groups", "run", "Groups with at least one valid row (not all rewards NaN)."),
+    SeriesSpec("eligible_groups", "run", "Groups with 2+ valid rows (the support of the shares over groups)."),
     SeriesSpec("group_size_min", "run", "Fewest valid rows in a group."),
     SeriesSpec("group_size_max", "run", "Most valid rows in a group."),
     # channels
@@ -52,11 +54,43 @@ _CATALOGUE = (
     SeriesSpec("reward_std", "channel", "Mean over groups (2+ values) of the channel's within-group std (ddof=1)."),
     SeriesSpec("channel_zero_var_share", "channel", "Share of groups (2+ values) where the channel is constant."),
     SeriesSpec("reward_mean", "channel", "Mean of the channel's rewards (NaN skipped)."),
+    SeriesSpec("reward_max", "channel", "Largest reward of the channel over the step's non-NaN rows (NaN if none)."),
+    SeriesSpec("reward_min", "channel", "Smallest reward of the channel over the step's non-NaN rows (NaN if none)."),
+    SeriesSpec("channel_rows", "channel", "Rows where the channel is not NaN (the support of reward_mean)."),
+    SeriesSpec(
+        "channel_groups", "channel", "Groups with 2+ values of the channel (support of rel_gain, std, zero-var)."
+    ),
+    SeriesSpec(
+        "channel_at_max_groups", "channel", "Of channel_groups: the channel constant there, at the step's reward_max."
+    ),
+    SeriesSpec(
+        "channel_at_min_groups", "channel", "Of channel_groups: the channel constant there, at the step's reward_min."
+    ),
     # signal
     SeriesSpec("zero_var_share", "run", "Share of groups (2+ valid rows) whose weighted totals are all equal."),
     SeriesSpec("gdpo_zero_var_share", "run", "Share of groups (2+ valid rows) where no channel varies (GDPO: 0)."),
     SeriesSpec("signal_share_grpo", "channel", "The channel's share of the within-group variance of the total."),
     SeriesSpec("signal_share_gdpo", "channel", "The channel's share of the variance of GDPO's fused z-score sum."),
+    # silence (from the advantages)
+    *(
+        spec
+        for name, label in (("grpo", _GRPO), ("gdpo", _GDPO))
+        for spec in (
+            SeriesSpec(f"silent_groups_{name}", "run", f"Groups (2+ valid rows) whose {label} advantages span < 1e-4."),
+            SeriesSpec(
+                f"zero_adv_rows_{name}",
+                "run",
+                f"Valid rows without a {label} advantage: those of silent groups and of groups of one valid row,"
+                " and elsewhere those with |advantage| < 1e-4.",
+            ),
+            SeriesSpec(
+                f"all_pass_groups_{name}", "run", f"Silent ({label}) groups with every channel at its step reward_max."
+            ),
+            SeriesSpec(
+                f"all_fail_groups_{name}", "run", f"Silent ({label}) groups with every channel at its step reward_min."
+            ),
+        )
+    ),
     # dominance
     SeriesSpec("dominance_grpo", "channel", f"Share of rows with signal whose {_GRPO} advantage sign it decides."),
     SeriesSpec("dominance_gdpo", "channel", f"Share of rows with signal whose {_GDPO} advantage sign it decides."),
@@ -75,18 +109,34 @@ _CATALOGUE = (
     SeriesSpec("distinct_ratio_gdpo", "run", f"Mean over groups with signal of distinct {_GDPO} advantages per row."),
     # outliers
     SeriesSpec(
-        "outlier_group_share", "run", "Share of groups (4+ rows, totals differ) dominated by one extreme total."
+        "outlier_group_share",
+        "run",
+        "Share of groups (4+ rows, totals differ) with one extreme total (> 8 stds of the rest, > 3 pooled stds)"
+        " on a channel that varies among the rest too (heavy tails).",
     ),
-    SeriesSpec("outlier_rest_std_grpo", "run", f"Mean std of the other rows' {_GRPO} advantages in those groups."),
-    SeriesSpec("outlier_rest_std_gdpo", "run", f"Mean std of the other rows' {_GDPO} advantages in those groups."),
+    SeriesSpec(
+        "outlier_lone_share",
+        "run",
+        "Share of groups (4+ rows, totals differ) with one extreme total whose deciding channel is constant on"
+        " the rest (a lone success or failure).",
+    ),
+    SeriesSpec(
+        "outlier_rest_std_grpo", "run", f"Mean std of the other rows' {_GRPO} advantages in the heavy-tail groups."
+    ),
+    SeriesSpec(
+        "outlier_rest_std_gdpo", "run", f"Mean std of the other rows' {_GDPO} advantages in the heavy-tail groups."
+    ),
     # ties
     SeriesSpec("differing_pairs", "run", "Pairs of valid rows of a group with different reward vectors."),
     SeriesSpec("tied_pair_share", "run", "Share of the differing pairs whose weighted totals are equal."),
+    SeriesSpec("tied_pair_share_gdpo", "run", f"Share of the differing pairs whose {_GDPO} advantages are equal."),
     # correlation
     SeriesSpec("corr_sxy", "pair", "Sum over rows with both rewards of dev_i * dev_j (group-demeaned)."),
     SeriesSpec("corr_sxx", "pair", "Sum over rows with both rewards of dev_i^2."),
     SeriesSpec("corr_syy", "pair", "Sum over rows with both rewards of dev_j^2."),
     SeriesSpec("within_corr", "pair", "Within-group correlation of the pair: sxy / sqrt(sxx * syy)."),
+    SeriesSpec("corr_rows", "pair", "Rows with both rewards, in groups with 2+ such rows (within_corr's support)."),
+    SeriesSpec("corr_groups", "pair", "Groups with 2+ rows that have both rewards."),
     # logged
     SeriesSpec("logged_rows", "run", "Valid rows with a logged advantage."),
     SeriesSpec("logged_abs_max", "run", "Largest |logged advantage|."),
@@ -96,6 +146,13 @@ _CATALOGUE = (
     SeriesSpec("logged_mae_gdpo", "run", f"Mean |logged - recomputed {_GDPO} advantage|."),
     SeriesSpec("logged_mae_grpo_batch", "run", "Mean |logged - GRPO advantage scaled by the step's std|."),
     SeriesSpec("logged_mae_grpo_none", "run", "Mean |logged - GRPO advantage without scaling (total - group mean)|."),
+    # weight fit (logged advantage)
+    SeriesSpec("wfit_grpo_diag", "channel", "Diagonal of sum over groups of D^T (I - P_A) D (D: centred rewards)."),
+    SeriesSpec("wfit_grpo_off", "pair", "Off-diagonal entries of that GRPO weight-fit matrix."),
+    SeriesSpec("wfit_grpo_norm", "run", "Trace of D^T D over the same groups and rows (the GRPO fit's scale)."),
+    SeriesSpec("wfit_gdpo_diag", "channel", "Diagonal of Z^T Z - Z^T A A^T Z / |A|^2 over the step (Z: z-scores)."),
+    SeriesSpec("wfit_gdpo_off", "pair", "Off-diagonal entries of that GDPO weight-fit matrix."),
+    SeriesSpec("wfit_gdpo_norm", "run", "Trace of Z^T Z over the same rows (the GDPO fit's scale)."),
 )
 
 SERIES: dict[str, SeriesSpec] = {spec.name: spec for spec in _CATALOGUE}

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from collapse_doctor import scalars as S
+from collapse_doctor.budget import applies_share, channel_extreme_shares, signal_budget
 from collapse_doctor.config import Config
 from collapse_doctor.numbers import nanmedian
 from collapse_doctor.result import RunSummary
@@ -42,6 +43,7 @@ def rollout_summary(
         last_step=int(series.steps[-1]) if series.num_steps else None,
         channels=reader.channels,
         weights=reader.weights,
+        weights_source=reader.weights_source,
         algorithm=algorithm[0],
         algorithm_source=algorithm[1],
         logged_advantage=reader.columns.advantage is not None,
@@ -100,6 +102,46 @@ def with_scalar_log(
     return replace(summary, **changes)
 
 
+def with_signal(summary: RunSummary, series: RunSeries) -> RunSummary:
+    """The summary with its signal budget under the run's algorithm (an unknown one is judged as GRPO)."""
+    algorithm = "gdpo" if summary.algorithm == "gdpo" else "grpo"
+    budget = signal_budget(series, algorithm) if summary.rollouts else None
+    return replace(summary, signal=budget.to_dict() if budget is not None else None)
+
+
+STATE_SHARE = 0.5
+"""A channel is at its ceiling (floor) when it is constant at its run-wide maximum (minimum) in this share of the
+groups where it has two or more values, over the last 10% of steps; sparse when it applies to fewer rollouts."""
+
+
+def _states(series: RunSeries, tail: slice) -> list[dict[str, Any]]:
+    if "channel_groups" not in series:
+        return [{} for _ in series.channels]
+    ceiling, floor, _ = channel_extreme_shares(series, tail)
+    applies = applies_share(series)
+    varies = 1.0 - series["channel_zero_var_share"]
+    out = []
+    for k in range(len(series.channels)):
+        state = "ranking"
+        if applies[k] < STATE_SHARE:
+            state = "sparse"
+        elif ceiling[k] >= STATE_SHARE:
+            state = "ceiling"
+        elif floor[k] >= STATE_SHARE:
+            state = "floor"
+        finite = varies[:, k][np.isfinite(varies[:, k])]
+        out.append(
+            {
+                "state": state,
+                "ceiling_share": float(ceiling[k]),
+                "floor_share": float(floor[k]),
+                "applies_share": float(applies[k]),
+                "never_ranked": bool(float(np.max(finite, initial=0.0)) < STATE_SHARE),
+            }
+        )
+    return out
+
+
 def channel_table(
     summary: RunSummary, series: RunSeries, scalars: ScalarSeries | None, config: Config
 ) -> tuple[dict[str, Any], ...]:
@@ -115,6 +157,7 @@ def channel_table(
     n = series.num_steps
     tail = slice(max(0, n - max(1, n // 10)), n)
     smoothing = max(1, config.persistence_steps(n) // 2) | 1  # as the detectors see it (CD101)
+    states = _states(series, tail)
     for k, channel in enumerate(series.channels):
         raw = series["rel_gain"][:, k]
         rel = rolling(raw, smoothing)
@@ -133,6 +176,7 @@ def channel_table(
                 "zero_variance_share": nanmedian(series["channel_zero_var_share"][tail, k]),
                 "reward_mean": nanmedian(series["reward_mean"][tail, k]),
             }
+            | states[k]
         )
     return tuple(rows)
 

@@ -6,6 +6,6 @@ scripts/bootstrap.sh || exit 2
 .venv/bin/collapse-doctor scan sample_logs/saturating-format.parquet "$@"
 rc=$?
 if [ "$rc" = 1 ]; then
-  echo "(exit code 1: findings at or above --fail-on, the CI gate; this sample is meant to collapse)" >&2
+  echo "(exit code 1: a finding at or above --fail-on, the CI gate; in this sample \`format\` drowns \`correct\` while it saturates)" >&2
 fi
 exit "$rc"

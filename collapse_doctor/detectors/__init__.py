@@ -1,6 +1,6 @@
 """The detector registry: importing this package registers every detector family."""
 
-from collapse_doctor.detectors import channels, resolution, scalars, shape, signal
+from collapse_doctor.detectors import channels, resolution, scalars, shape, signal, truncation
 from collapse_doctor.detectors.base import (
     REGISTRY,
     DetectionContext,
@@ -24,4 +24,5 @@ __all__ = [
     "scalars",
     "shape",
     "signal",
+    "truncation",
 ]

@@ -12,7 +12,7 @@ from __future__ import annotations
 import inspect
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
@@ -57,6 +57,8 @@ class DetectionContext:
     config: Config
     scalars: ScalarSeries | None = None
     """The run's scalar log in canonical names (CD5xx), when it has one."""
+    algorithm_override: str | None = None
+    """Judge as if the run had used this aggregation (:meth:`counterfactual`)."""
 
     def threshold(self, code: str, name: str) -> Any:
         return self.config.threshold(code, name)
@@ -89,7 +91,28 @@ class DetectionContext:
     @property
     def algorithm(self) -> str:
         """The aggregation the run used; an unknown one is judged as plain GRPO (TRL's default)."""
+        if self.algorithm_override is not None:
+            return self.algorithm_override
         return "gdpo" if self.run.algorithm == "gdpo" else "grpo"
+
+    @property
+    def other_algorithm(self) -> str:
+        return "grpo" if self.algorithm == "gdpo" else "gdpo"
+
+    def counterfactual(self) -> DetectionContext:
+        """The same run judged on the other algorithm's recomputed advantages (GDPO for a GRPO run, and back).
+
+        A finding's ``gdpo_resolves`` is whether its condition would NOT fire on this context.
+        """
+        return replace(self, algorithm_override=self.other_algorithm)
+
+
+class NotEnoughData(Exception):
+    """Raised by a detector whose statistics rest on less than its stated minimum support.
+
+    The runner lists the detector as skipped with this reason ("not enough data to judge"), instead of a
+    finding or a silent pass.
+    """
 
 
 class Detector:

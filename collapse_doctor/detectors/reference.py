@@ -9,6 +9,46 @@ from __future__ import annotations
 from collapse_doctor.detectors import REGISTRY, explain_sections
 from collapse_doctor.detectors.base import EXPLAIN_HEADINGS
 
+JUDGEMENT = """\
+## How findings are judged
+
+**Verdict levels are defined by harm to the gradient signal the run actually used** (its own aggregation:
+detected from the logged advantages, `--algo`, or GRPO when unknown):
+
+- **COLLAPSED** (a critical finding): the signal is collapsing. Evidence that qualifies: most rollouts carry
+  zero advantage (CD102 above `critical_share`, 80% by default), tied sums erase most distinctions between
+  different reward vectors (CD301 above `critical_share`), outlier groups squeeze most groups (CD201 above
+  `outlier_share_critical`), the logged advantages are not what the trainer claims (CD202 critical), or a
+  scalar log shows the same (CD5xx critical).
+- **AT RISK** (a warning): a precursor: half the rollouts silent, a channel the policy is losing (earned
+  before, now at its floor, or its spread fading), a channel drowning the others (CD402), channels that
+  double-count or cancel (CD401), ties above `warn_share`, bimodal or heavy-tailed advantages.
+- **HEALTHY**: nothing above. Information findings (a channel saturated at its ceiling, a channel never
+  earned, a sparse channel) do not change the verdict.
+
+**A saturated channel is not a collapse.** A channel that is constant within a group adds the same value to
+every member's sum: it changes no advantage under GRPO or GDPO. Its cost is the compute and a run that trains
+on fewer channels than configured; its harm is in the transition (a lone failure dominating the group's std
+under GRPO, measured by CD402). A channel constant at its **ceiling** (run-wide maximum) is learned; one
+constant at its **floor** (run-wide minimum) was never earned: too hard, too sparse or a broken reward
+function, and lowering its weight would remove the objective. Silent groups are split the same way
+(all-pass, all-fail, cancelling), because the fixes are opposite.
+
+**Counterfactuals are computed, never guessed.** Every "under GDPO ..." figure and every `gdpo_resolves`
+comes from running the same statistic and the same decision on the other aggregation's recomputed
+advantages: `gdpo_resolves` is true when the condition that fired would not fire on the GDPO advantages
+(null for a run that already is GDPO, whose messages say what GRPO would do, and for scalar-only runs).
+A remedy never proposes switching aggregation when that answer is no. GDPO does not resolve ties or silence
+when two channels are affine in each other within a group (B = 1 - A with equal weights: z_B = -z_A, the
+fused sum is exactly 0); it does with unequal weights, three or more channels, or groups that also hold other
+reward vectors.
+
+**Every statistic carries its support.** Per-step series of counts (groups with two or more values of a
+channel, co-observed rollouts of a channel pair, differing pairs, groups) sit next to the values; a detector
+does not decide below its stated minimum (`min_groups`, `min_rows`, `min_pairs`, `min_points`) and is listed
+as skipped with "not enough data to judge" instead.
+"""
+
 
 def reference_markdown() -> str:
     """The detector reference: one section per code, from the docstrings and class attributes."""
@@ -26,6 +66,7 @@ def reference_markdown() -> str:
         detector = REGISTRY[code]
         needs = ", ".join(detector.requires)
         lines.append(f"| [{code}](#{code.lower()}) | {detector.name} | {detector.default_severity.label} | {needs} |")
+    lines += ["", *JUDGEMENT.rstrip("\n").split("\n")]
     for code in sorted(REGISTRY):
         detector = REGISTRY[code]
         sections = explain_sections(detector)

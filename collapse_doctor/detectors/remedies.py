@@ -12,8 +12,10 @@ __all__ = [
     "GDPO_SWITCH",
     "aggregation_remedy",
     "gdpo_counterfactual",
+    "join_remedies",
     "nanmedian",
     "share_pct",
+    "switch_remedy",
 ]
 
 if TYPE_CHECKING:
@@ -44,5 +46,25 @@ def aggregation_remedy(ctx: DetectionContext) -> str:
 
 
 def gdpo_counterfactual(ctx: DetectionContext, resolves: bool | None) -> bool | None:
-    """A finding's ``gdpo_resolves``: whether switching to GDPO helps; ``None`` for a run that already is GDPO."""
-    return None if ctx.algorithm == "gdpo" else resolves
+    """A finding's ``gdpo_resolves``: whether the condition that fired would not fire on the other aggregation's
+    recomputed advantages (GDPO's for a GRPO run, GRPO's for a GDPO run; renderers name which).
+
+    ``None`` when it cannot be computed (no rollouts: nothing was recomputed).
+    """
+    return resolves if ctx.run.rollouts else None
+
+
+def switch_remedy(ctx: DetectionContext, resolves: bool | None) -> str | None:
+    """The aggregation remedy, only when the counterfactual says the other aggregation helps (else ``None``).
+
+    A GRPO run whose condition would not fire under GDPO is told to switch; a GDPO run is never told to switch
+    back, and nothing is proposed that the tool's own numbers say will not help.
+    """
+    if ctx.algorithm == "gdpo" or not resolves:
+        return None
+    return aggregation_remedy(ctx)
+
+
+def join_remedies(*parts: str | None) -> str:
+    """Remedy parts joined with "; ", empty ones left out."""
+    return "; ".join(p for p in parts if p)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
-from collapse_doctor.detectors.base import REGISTRY, REQUIREMENTS, DetectionContext
+from collapse_doctor.detectors.base import REGISTRY, REQUIREMENTS, DetectionContext, NotEnoughData
 from collapse_doctor.findings import Finding, Severity
 
 
@@ -34,6 +34,9 @@ def run_detectors(ctx: DetectionContext, codes: Sequence[str]) -> tuple[list[Fin
             continue
         try:
             found = detector().detect(ctx)
+        except NotEnoughData as exc:
+            skipped[code] = f"not enough data to judge: {exc}"
+            continue
         except Exception as exc:  # a broken detector must not hide the others' findings
             found = [
                 Finding(

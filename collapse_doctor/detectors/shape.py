@@ -7,8 +7,9 @@ from typing import ClassVar
 
 import numpy as np
 
+from collapse_doctor.budget import channel_extreme_shares
 from collapse_doctor.detectors.base import DetectionContext, Detector, Finding, Severity, register
-from collapse_doctor.detectors.remedies import aggregation_remedy, gdpo_counterfactual, nanmedian
+from collapse_doctor.detectors.remedies import gdpo_counterfactual, join_remedies, nanmedian, switch_remedy
 from collapse_doctor.series import RECOMPUTATIONS
 
 BIMODALITY_CUTOFF = 5 / 9
@@ -22,7 +23,10 @@ class AdvantageShape(Detector):
     What it detects
         Three shapes of the advantage distribution, each over a sustained stretch of steps:
         outlier-dominated groups (the most extreme completion's combined reward lies more than 8
-        standard deviations of the rest of its group away from them, while the rest still differ);
+        standard deviations of the rest of its group away from them, and more than 3 of the step's pooled
+        within-group standard deviations, while the rest still differ on the channel that makes it
+        extreme: a lone success or failure on a bounded channel, the rest of the group constant on it, is
+        how GRPO learns from rare successes and is not counted);
         a bimodal batch distribution (Sarle's bimodality coefficient above its cutoff on advantages
         that take many distinct values); heavy tails (excess kurtosis above the threshold). Group
         z-scores are bounded by (n-1)/sqrt(n), so heavy tails in recomputed advantages show up as
@@ -78,6 +82,8 @@ class AdvantageShape(Detector):
             own, other = ("gdpo", "grpo") if alg == "gdpo" else ("grpo", "gdpo")
             critical = level > ctx.threshold(self.code, "outlier_share_critical")
             rest_own = rest_gdpo if own == "gdpo" else rest_grpo
+            rest_other = rest_grpo if own == "gdpo" else rest_gdpo
+            resolves = bool(rest_other >= ctx.threshold(self.code, "squeezed_rest_std"))
             severity = Severity.CRITICAL if critical else Severity.WARNING
             rest = f"the rest are squeezed to an advantage spread of {spreads[own]} ({spreads[other]})"
             if rest_own >= ctx.threshold(self.code, "squeezed_rest_std"):
@@ -99,13 +105,16 @@ class AdvantageShape(Detector):
                         "rest_advantage_std_gdpo": rest_gdpo,
                         "excess_kurtosis": nanmedian(series[f"adv_kurtosis_{alg}"][window]),
                     },
-                    remedy=(
+                    remedy=join_remedies(
                         "cap or squash (tanh) the channel with extreme rewards (find them: collapse-doctor advantages "
-                        f"RUN -o adv.parquet), or {aggregation_remedy(ctx)}"
+                        "RUN -o adv.parquet)",
+                        switch_remedy(ctx, resolves),
                     ),
-                    gdpo_resolves=gdpo_counterfactual(ctx, bool(rest_gdpo > 2 * rest_grpo)),
+                    gdpo_resolves=gdpo_counterfactual(ctx, resolves),
                 )
             )
+        if "outlier_lone_share" in series:
+            findings += self._lone(ctx)
         bimodal = ctx.smooth(series[f"adv_bimodality_{alg}"])
         distinct = ctx.smooth(series[f"distinct_ratio_{alg}"])
         condition = (bimodal > ctx.threshold(self.code, "bimodality")) & (
@@ -117,6 +126,7 @@ class AdvantageShape(Detector):
             other = "gdpo" if alg == "grpo" else "grpo"
             value = nanmedian(series[f"adv_bimodality_{alg}"][window])
             value_other = nanmedian(series[f"adv_bimodality_{other}"][window])
+            resolves_bimodal = bool(value_other <= ctx.threshold(self.code, "bimodality"))
             findings.append(
                 self.finding(
                     ctx,
@@ -129,14 +139,20 @@ class AdvantageShape(Detector):
                         f"{value_other:.2f}): one coarse signal decides most advantage signs."
                     ),
                     evidence={f"bimodality_{alg}": value, f"bimodality_{other}": value_other},
-                    remedy=(
-                        f"see which channel dominates (CD402) and rebalance its weight, or {aggregation_remedy(ctx)}"
+                    remedy=join_remedies(
+                        "see which channel dominates (CD402) and rebalance its weight",
+                        switch_remedy(ctx, resolves_bimodal),
                     ),
-                    gdpo_resolves=gdpo_counterfactual(ctx, bool(value_other <= ctx.threshold(self.code, "bimodality"))),
+                    gdpo_resolves=gdpo_counterfactual(ctx, resolves_bimodal),
                 )
             )
         kurt = ctx.smooth(series[f"adv_kurtosis_{alg}"])
-        stretch = ctx.sustained(kurt > ctx.threshold(self.code, "excess_kurtosis"))
+        # Few-valued advantages (bounded, binary rewards) get their tails from lone successes and failures, which is
+        # how GRPO learns from them: heavy tails are judged only on advantages that take many values.
+        stretch = ctx.sustained(
+            (kurt > ctx.threshold(self.code, "excess_kurtosis"))
+            & (distinct >= ctx.threshold(self.code, "min_distinct_ratio"))
+        )
         if stretch is not None:
             window = ctx.window(stretch)
             value = nanmedian(series[f"adv_kurtosis_{alg}"][window])
@@ -156,6 +172,52 @@ class AdvantageShape(Detector):
                 )
             )
         return findings
+
+    def _lone(self, ctx: DetectionContext) -> list[Finding]:
+        """Groups whose advantage is one completion's lone success or failure: how GRPO learns (information)."""
+        series = ctx.series
+        limit = ctx.threshold(self.code, "outlier_share")
+        stretch = ctx.sustained(ctx.smooth_rate(series["outlier_lone_share"]) > limit)
+        if stretch is None:
+            return []
+        window = ctx.window(stretch)
+        level = float(np.nanmean(series["outlier_lone_share"][window]))
+        # The channels the lone successes or failures come from: constant in most groups, but not in all.
+        lone: tuple[str, ...] = ()
+        if "channel_groups" in series:
+            ceiling, floor, _ = channel_extreme_shares(series, window)
+            lone = tuple(c for k, c in enumerate(series.channels) if 0.5 <= max(ceiling[k], floor[k]) < 0.995)
+        others = len(series.channels) > len(lone)
+        # Per-channel normalisation keeps the other channels at unit spread in those groups; with no other channel
+        # GDPO's advantages are GRPO's up to the batch step.
+        resolves = others and bool(lone)
+        squeeze = (
+            f" Under {ctx.algorithm.upper()} the other channels' differences in those groups are squeezed by it"
+            + ("; GDPO keeps them at full spread." if ctx.algorithm == "grpo" and resolves else ".")
+            if ctx.algorithm == "grpo" and others
+            else ""
+        )
+        names = ", ".join(f"`{c}`" for c in lone) or "a channel"
+        return [
+            self.finding(
+                ctx,
+                stretch,
+                severity=Severity.INFO,
+                title="rare successes carry the signal",
+                message=(
+                    f"in {level:.0%} of groups a single completion alone succeeds or fails on {names}, on which the "
+                    "rest of its group agrees; it takes the group's largest advantage. That is how GRPO learns from "
+                    f"rare successes: do not clip or squash that channel.{squeeze}"
+                ),
+                channels=lone,
+                evidence={"lone_outlier_group_share": level},
+                remedy=join_remedies(
+                    "nothing to fix; more generations per prompt find more such successes",
+                    switch_remedy(ctx, resolves) if ctx.algorithm == "grpo" and resolves else None,
+                ),
+                gdpo_resolves=gdpo_counterfactual(ctx, resolves),
+            )
+        ]
 
 
 @register
@@ -207,10 +269,11 @@ class AdvantageBound(Detector):
         best = min(maes, key=lambda c: maes[c] if np.isfinite(maes[c]) else np.inf)
         matched = best if maes[best] <= ctx.threshold(self.code, "match_mae") else None
         dynamic = ctx.run.dynamic_weight_channels if matched is None else ()
-        claims_gdpo = ctx.run.algorithm_source == "--algo" and ctx.run.algorithm == "gdpo"
+        # A GDPO run (by --algo or detected) re-normalises over the batch: the group bound does not hold for it.
+        claims_gdpo = ctx.run.algorithm == "gdpo"
         # The bound holds only for group-scaled GRPO: batch scaling and GDPO's batch re-normalisation exceed
         # it by design. Logged values that match one of those are what the trainer claims to do.
-        check_bound = matched == "grpo" or (matched is None and not dynamic and not claims_gdpo)
+        check_bound = not claims_gdpo and (matched == "grpo" or (matched is None and not dynamic))
         stretch = None
         if check_bound:
             beyond = ctx.smooth_rate(series["logged_beyond_bound_share"])

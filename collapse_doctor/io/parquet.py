@@ -16,7 +16,7 @@ Every problem is raised before the first step is handed on, except those only vi
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -45,6 +45,17 @@ PARQUET_SUFFIXES = (".parquet", ".pq", ".parq")
 _MAGIC = b"PAR1"
 DYNAMIC_WEIGHT_PREFIX = "weight/"
 """Per-row channel weight columns, as ``collapse-doctor retrain --algo gdpo-dynamic`` writes them."""
+
+
+def weights_source(channels: Sequence[str], given: Mapping[str, float], stored: Mapping[str, float]) -> str:
+    """Where the channels' weights come from (``resolve_weights``' precedence): the distinct sources, in that
+    order, joined by " + ".
+
+    >>> weights_source(["a", "b"], {"b": 2.0}, {}), weights_source(["a"], {}, {"a": 0.5})
+    ('--weights + default 1.0', 'file metadata')
+    """
+    used = {"--weights" if c in given else "file metadata" if c in stored else "default 1.0" for c in channels}
+    return " + ".join(s for s in ("--weights", "file metadata", "default 1.0") if s in used) or "default 1.0"
 
 
 def _parquet_kind(path: Path) -> str | None:
@@ -141,12 +152,20 @@ def _step_values(array: pa.Array, path: Path, column: str) -> np.ndarray:
 
 @dataclass
 class IngestNotes:
-    """Counts behind the warnings that reading a run may produce (never errors)."""
+    """Counts behind the warnings (and the information) that reading a run may produce (never errors)."""
 
     nan_rewards: Counter[str] = field(default_factory=Counter)
     group_sizes: Counter[int] = field(default_factory=Counter)
     duplicate_rows: int = 0
+    """Rows with the same step, group, prompt and completion text as another row: normal GRPO (a group's short
+    completions often coincide), so information, not a warning."""
     ragged_blocks: int = 0
+    repeated_groups: int = 0
+    """Groups whose rows (prompt and completion, in order) repeat another group of the same step exactly: the same
+    rollouts read twice (a file given twice under two names), a warning."""
+    repeated_group_rows: int = 0
+    groups_checked: int = 0
+    """Groups the repeat check looked at (two or more rows with two or more different completions)."""
 
     def warnings(self) -> list[str]:
         out = [
@@ -170,9 +189,22 @@ class IngestNotes:
                 f"{self.ragged_blocks} step(s) whose row count is not a multiple of --group-size: "
                 "their last block is a smaller group"
             )
-        if self.duplicate_rows:
-            out.append(f"{self.duplicate_rows} duplicate row(s): same step, group and completion text as another row")
+        if self.repeated_groups:
+            out.append(
+                f"{self.repeated_groups} group(s) ({self.repeated_group_rows} rows) repeat an earlier group of the "
+                f"same step row for row (same prompt and completions in the same order; {self.groups_checked} "
+                "checked): the same rollouts given twice? (a file passed under two names)"
+            )
         return out
+
+    def info(self) -> list[str]:
+        """What reading found that is normal and changes nothing (for the run summary, not its warnings)."""
+        if not self.duplicate_rows:
+            return []
+        return [
+            f"{self.duplicate_rows} duplicate row(s): same step, group and completion text as another row "
+            "(identical completions within a group; normal for short completions)"
+        ]
 
 
 class ParquetRun:
@@ -235,6 +267,8 @@ class ParquetRun:
         stored = metadata_weights(self.metadata, source=str(self.files[0]))
         self.channels: tuple[str, ...] = self.columns.channels
         self.weights = resolve_weights(self.channels, weights or {}, stored)
+        self.weights_source = weights_source(self.channels, weights or {}, stored)
+        """Where :attr:`weights` came from: "--weights", "file metadata" or "default 1.0" (joined with " + ")."""
         self.dynamic_weight_channels = weight_channels(first.schema_arrow.names)
         """Channels whose per-row weights the rollouts carry (``weight/<channel>`` columns of the first file)."""
         self.notes = IngestNotes()
@@ -413,6 +447,7 @@ class ParquetRun:
         self.notes.group_sizes.update(dict(zip(*np.unique(sizes, return_counts=True), strict=True)))
         if cols.completion:
             self.notes.duplicate_rows += _count_duplicates(table, group_index, cols)
+            self._count_repeats(table, group_index, step_index)
         rewards = np.stack([to_float32(reward_array(table, r)) for r in cols.rewards], axis=1)
         self._check_rewards_late(rewards, path)
         logged = None
@@ -442,6 +477,7 @@ class ParquetRun:
         extra = table.select(extra_names) if extra_names else None
         if cols.completion:
             self.notes.duplicate_rows += _count_duplicates(table, group_index, cols)
+            self._count_repeats(table, group_index, np.zeros(len(group_index), dtype=np.int64))
         return RolloutBatch(
             step=step,
             rewards=rewards,
@@ -452,6 +488,12 @@ class ParquetRun:
             advantage=advantage,
             extra=extra,
         )
+
+    def _count_repeats(self, table: pa.Table, group_index: np.ndarray, step_index: np.ndarray) -> None:
+        checked, repeated, rows = _repeated_groups(table, group_index, step_index, self.columns)
+        self.notes.groups_checked += checked
+        self.notes.repeated_groups += repeated
+        self.notes.repeated_group_rows += rows
 
     def _groups(self, table: pa.Table, step: int, path: Path) -> tuple[pa.Array, np.ndarray]:
         cols = self.columns
@@ -517,3 +559,46 @@ def _count_duplicates(table: pa.Table, group_index: np.ndarray, cols: ColumnMap)
     counts = pa.table(keys).group_by(list(keys)).aggregate([([], "count_all")])
     repeated = counts.column("count_all").to_numpy()
     return int(np.maximum(repeated - 1, 0).sum())
+
+
+def _mix64(values: np.ndarray) -> np.ndarray:
+    """splitmix64's finaliser: well-spread 64-bit hashes of integers (wrapping uint64 arithmetic)."""
+    x = values.astype(np.uint64) + np.uint64(0x9E3779B97F4A7C15)
+    x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return x ^ (x >> np.uint64(31))
+
+
+def _repeated_groups(
+    table: pa.Table, group_index: np.ndarray, step_index: np.ndarray, cols: ColumnMap
+) -> tuple[int, int, int]:
+    """``(groups checked, groups repeating an earlier one, their rows)`` among the runs of consecutive rows of one
+    group: a run counts as a repeat when an earlier run of the same step has the same prompt and completion texts
+    in the same order. Runs of one row or of one distinct completion (a collapsed policy repeats itself) are not
+    checked: only whole groups read twice are meant."""
+    n = len(group_index)
+    if n < 2:
+        return 0, 0, 0
+    codes = np.zeros(n, dtype=np.int64)
+    for name in (cols.prompt, cols.completion):
+        if name:
+            column = table.column(name).combine_chunks()
+            encoded = pc.dictionary_encode(column)
+            indices = pc.fill_null(encoded.indices, -1)  # an empty text is a value of its own
+            part = np.asarray(indices.to_numpy(zero_copy_only=False), dtype=np.int64) + 1
+            codes = codes * (len(encoded.dictionary) + 2) + part
+    starts = np.concatenate([[0], np.flatnonzero(np.diff(group_index) != 0) + 1])
+    lengths = np.diff(np.append(starts, n))
+    position = np.arange(n) - np.repeat(starts, lengths)
+    with np.errstate(over="ignore"):
+        weighted = _mix64(codes) * _mix64(position + np.int64(1 << 40))
+    digest = np.add.reduceat(weighted, starts)
+    varied = np.minimum.reduceat(codes, starts) != np.maximum.reduceat(codes, starts)
+    eligible = (lengths >= 2) & varied
+    if not eligible.any():
+        return 0, 0, 0
+    with np.errstate(over="ignore"):
+        keys = digest ^ _mix64(step_index[starts]) ^ (_mix64(lengths) * np.uint64(0xD6E8FEB86659FD93))
+    _, first, counts = np.unique(keys[eligible], return_index=True, return_counts=True)
+    repeats = counts - 1
+    return int(eligible.sum()), int(repeats.sum()), int((repeats * lengths[eligible][first]).sum())

@@ -39,6 +39,7 @@ from collapse_doctor.scalars import (
     PCT_ALL_PASS,
     REWARD,
     REWARD_STD,
+    TRUNCATED_SHARE,
     ZERO_STD_SHARE,
     ScalarSeries,
     TagPoints,
@@ -82,6 +83,7 @@ TAG_MAPS: Mapping[str, tuple[TagRule, ...]] = {
             (r"train/clip_ratio", CLIP_RATIO),
             (r"train/completions/mean_length", COMPLETION_LENGTH),
             (r"train/completion_length", COMPLETION_LENGTH),
+            (r"train/completions/clipped_ratio", TRUNCATED_SHARE),  # share of completions without EOS
             (r"train/loss", LOSS),
             (r"train/grad_norm", GRAD_NORM),
         ]
@@ -103,6 +105,7 @@ TAG_MAPS: Mapping[str, tuple[TagRule, ...]] = {
             (r"actor/pg_loss", LOSS),
             (r"actor/grad_norm", GRAD_NORM),
             (r"response_length/mean", COMPLETION_LENGTH),
+            (r"response_length/clip_ratio", TRUNCATED_SHARE),  # share of responses at max_response_length
         ]
     ),
     # OpenRLHF PPO/GRPO trainer logs (train/ prefix in TensorBoard).
@@ -110,12 +113,13 @@ TAG_MAPS: Mapping[str, tuple[TagRule, ...]] = {
         [
             (r"train/reward", REWARD),
             (r"train/group_reward_std", REWARD_STD),
-            (r"rollout/reward_std", REWARD_STD),
+            (r"(train/)?rollout/reward_std", REWARD_STD),
             (r"train/kl", KL),
             (r"train/policy_loss", LOSS),
             (r"train/ppo_clip_ratio", CLIP_RATIO),
             (r"train/response_length", COMPLETION_LENGTH),
             (r"train/dynamic_filtering_pass_rate", PASS_RATE),
+            (r"(train/)?rollout/truncated_rate", TRUNCATED_SHARE),  # finish_reason == "length"
         ]
     ),
     # NeMo-RL GRPO (train/ prefix).
@@ -132,6 +136,7 @@ TAG_MAPS: Mapping[str, tuple[TagRule, ...]] = {
             (r"train/loss", LOSS),
             (r"train/grad_norm", GRAD_NORM),
             (r"train/mean_gen_tokens_per_sample", COMPLETION_LENGTH),
+            (r"train/truncation_rate", TRUNCATED_SHARE),  # rollout metrics: samples cut at the token budget
         ]
     ),
 }
@@ -155,7 +160,9 @@ MONITOR_RULES = _rules(
 _DISTINCTIVE: Mapping[str, re.Pattern[str]] = {
     "trl": re.compile(r"train/(frac_reward_zero_std|reward_std|rewards/.+|completions/.+|clip_ratio/.+)"),
     "verl": re.compile(r"(critic|actor|gdpo|response_length)/.+"),
-    "openrlhf": re.compile(r"train/(group_reward_std|policy_loss|ppo_clip_ratio|dynamic_filtering_pass_rate)"),
+    "openrlhf": re.compile(
+        r"train/(group_reward_std|policy_loss|ppo_clip_ratio|dynamic_filtering_pass_rate|rollout/.+)"
+    ),
     "nemo_rl": re.compile(r"train/(baseline_reward/.+|advantages/.+|approx_entropy|kl_penalty)"),
 }
 

@@ -17,7 +17,8 @@ A record cut short at the end of a file (the trainer is still writing) ends the 
 not an error; reading can resume from :attr:`EventFileRead.end`. A CRC mismatch is an error naming the
 byte offset. Across the files of one run, ``SessionLog.START`` at step s drops the points logged before
 it with step >= s (what TensorBoard does after a restart), and a (tag, step) logged more than once keeps
-the point with the latest wall time.
+the point with the latest wall time. Trainer bookkeeping tags (``train/epoch``, ``train/train_runtime``, ...)
+that transformers' end-of-training summary writes again at the last step are not a restart and are not noted.
 """
 
 from __future__ import annotations
@@ -41,6 +42,29 @@ _FOOTER = 4
 _DT_FLOAT, _DT_DOUBLE, _DT_INT32, _DT_INT64, _DT_HALF = 1, 2, 3, 9, 19
 _TENSOR_DTYPES = {_DT_FLOAT: np.float32, _DT_DOUBLE: np.float64, _DT_INT32: np.int32, _DT_INT64: np.int64}
 _SESSION_START = 1
+BOOKKEEPING_TAGS = frozenset(
+    {
+        "epoch",
+        "global_step",
+        "total_flos",
+        "train_runtime",
+        "train_loss",
+        "train_samples_per_second",
+        "train_steps_per_second",
+        "train_tokens_per_second",
+    }
+)
+"""Last path parts of tags a trainer writes again at the last step (transformers' final training summary logs
+``epoch`` once more with ``train_runtime``, ``total_flos``, ``train_loss``, ...): a repeat of these is no restart."""
+
+
+def is_bookkeeping(tag: str) -> bool:
+    """Whether a tag is trainer bookkeeping rather than a training metric.
+
+    >>> is_bookkeeping("train/epoch"), is_bookkeeping("train/train_runtime"), is_bookkeeping("train/kl")
+    (True, True, False)
+    """
+    return tag.rsplit("/", 1)[-1] in BOOKKEEPING_TAGS
 
 
 @dataclass
@@ -249,13 +273,31 @@ class ScalarLog:
     points: int
     """Scalar points read (before duplicates and purged points were dropped)."""
     duplicates: int = 0
+    """Points dropped because a later point of the same (tag, step) was kept (bookkeeping tags included)."""
     purged: int = 0
     truncated: tuple[Path, ...] = ()
+    duplicate_tags: dict[str, int] = field(default_factory=dict)
+    """``{tag: points dropped as duplicates}``."""
+
+    @property
+    def restart_duplicates(self) -> dict[str, int]:
+        """The duplicated tags that are training metrics (trainer bookkeeping written again at the end left out)."""
+        return {tag: n for tag, n in self.duplicate_tags.items() if not is_bookkeeping(tag)}
 
     def notes(self) -> list[str]:
         out = [f"{p}: last record incomplete (still being written?); read up to it" for p in self.truncated]
-        if self.duplicates:
-            out.append(f"{self.duplicates} scalar point(s) logged twice for a step (restart?): kept the latest")
+        repeated = self.restart_duplicates
+        if repeated:
+            points = sum(repeated.values())
+            names = sorted(repeated, key=lambda t: (-repeated[t], t))
+            shown = ", ".join(names[:4]) + (" ..." if len(names) > 4 else "")
+            if len(repeated) > 1:
+                out.append(
+                    f"{points} scalar point(s) of {len(repeated)} tags logged again for steps already logged "
+                    f"(restart?): kept the latest ({shown})"
+                )
+            else:
+                out.append(f"{points} scalar point(s) of {shown} logged twice for a step: kept the latest")
         if self.purged:
             out.append(f"{self.purged} scalar point(s) dropped by a SessionLog START (restart from a checkpoint)")
         return out
@@ -294,10 +336,12 @@ def merge_reads(reads: Sequence[EventFileRead]) -> ScalarLog:
     if len(step) > 1:
         last[:-1] = (tag[1:] != tag[:-1]) | (step[1:] != step[:-1])
     duplicates = int(len(step) - last.sum())
+    by_index = {i: n for n, i in names.items()}
+    dropped = np.bincount(tag[~last], minlength=len(names)) if duplicates else np.zeros(0, np.int64)
+    duplicate_tags = {by_index[i]: int(c) for i, c in enumerate(dropped.tolist()) if c}
     tag, step, value = tag[last], step[last], value[last]
     tags: dict[str, TagPoints] = {}
     bounds = np.flatnonzero(np.diff(tag)) + 1 if len(tag) else np.zeros(0, np.int64)
-    by_index = {i: n for n, i in names.items()}
     for lo, hi in zip(np.concatenate([[0], bounds]), np.concatenate([bounds, [len(tag)]]), strict=True):
         if hi > lo:
             tags[by_index[int(tag[lo])]] = TagPoints(step[lo:hi].copy(), value[lo:hi].copy())
@@ -306,6 +350,7 @@ def merge_reads(reads: Sequence[EventFileRead]) -> ScalarLog:
         tags=dict(sorted(tags.items())),
         points=total,
         duplicates=duplicates,
+        duplicate_tags=duplicate_tags,
         purged=purged,
         truncated=tuple(r.path for r in reads if r.truncated),
     )

@@ -10,7 +10,7 @@ from xml.etree import ElementTree as ET
 
 from collapse_doctor.findings import VERDICTS, Finding, Severity
 from collapse_doctor.numbers import pct, share_pct
-from collapse_doctor.result import Diagnosis
+from collapse_doctor.result import Diagnosis, signal_sentence
 
 
 def describe_sources(sources: Sequence[str], shown: int = 3) -> str:
@@ -160,7 +160,7 @@ def markdown_summary(diagnosis: Diagnosis) -> str:
     """A Markdown summary for $GITHUB_STEP_SUMMARY or a pull-request comment."""
     run = diagnosis.run
     icon = {"healthy": "✅", "at_risk": "⚠️", "collapsed": "❌"}[diagnosis.verdict]
-    out = [f"## {icon} collapse-doctor: {VERDICTS[diagnosis.verdict]}", ""]
+    out = [f"## {icon} collapse-doctor: {VERDICTS[diagnosis.verdict]}", "", signal_sentence(run.signal), ""]
     if run.rollouts == 0 and run.scalar_points:
         out += [
             f"`{_md(describe_sources(run.sources))}`: {run.steps:,} steps in the scalar log "
@@ -204,7 +204,7 @@ def _markdown_findings(diagnosis: Diagnosis, out: list[str]) -> str:
         out.append("No findings.")
     else:
         out += [
-            "| severity | code | finding | onset | remedy | GDPO resolves |",
+            f"| severity | code | finding | onset | remedy | {diagnosis.run.counterfactual_algorithm} resolves |",
             "|---|---|---|---:|---|---|",
         ]
         for f in diagnosis.findings:

@@ -216,7 +216,7 @@ def _overview(diagnosis: Diagnosis) -> str:
     rows += [("warning", f"<span style='color:var(--warning)'>{esc(w)}</span>") for w in run.warnings]
     run_table = "".join(f"<tr><th>{k}</th><td>{v}</td></tr>" for k, v in rows)
     channel_table = _channel_table(diagnosis)
-    findings = "".join(_finding(f) for f in diagnosis.findings) or (
+    findings = "".join(_finding(f, diagnosis.run.counterfactual_algorithm) for f in diagnosis.findings) or (
         '<p class="muted">No findings: no detector found a sustained problem.</p>'
     )
     by_reason: dict[str, list[str]] = {}
@@ -269,7 +269,7 @@ def _at(step: Any) -> str:
     return f" (step {step})" if step is not None else ""
 
 
-def _finding(finding: Finding) -> str:
+def _finding(finding: Finding, other_algorithm: str) -> str:
     from collapse_doctor.detectors import REGISTRY  # the explain text of the finding's detector
 
     level = finding.severity.label
@@ -281,7 +281,7 @@ def _finding(finding: Finding) -> str:
     evidence = "".join(f"<span>{esc(k)}: {_fmt(v)}</span>" for k, v in finding.evidence.items())
     resolves = ""
     if finding.gdpo_resolves is not None:
-        resolves = f"<p>GDPO would resolve it: <b>{'yes' if finding.gdpo_resolves else 'no'}</b></p>"
+        resolves = f"<p>{esc(other_algorithm)} would resolve it: <b>{'yes' if finding.gdpo_resolves else 'no'}</b></p>"
     explain = ""
     detector = REGISTRY.get(finding.code)
     if detector is not None:

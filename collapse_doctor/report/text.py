@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import textwrap
+from collections.abc import Mapping
 from typing import IO, Any
 
 from rich import box
@@ -14,7 +15,7 @@ from rich.text import Text
 from collapse_doctor.findings import VERDICTS, Finding, Severity, severity_counts
 from collapse_doctor.numbers import pct, share_pct
 from collapse_doctor.report.ci import describe_sources
-from collapse_doctor.result import Diagnosis
+from collapse_doctor.result import Diagnosis, signal_sentence
 
 _VERDICT_STYLE = {"healthy": "bold green", "at_risk": "bold yellow", "collapsed": "bold red"}
 _SEVERITY_STYLE = {
@@ -80,10 +81,13 @@ def render_text(diagnosis: Diagnosis, file: IO[str] | None = None, *, color: boo
 
     head = Text()
     head.append(VERDICTS[diagnosis.verdict], style=_VERDICT_STYLE[diagnosis.verdict])
-    if run.name is not None:
-        head.append(f"  run {run.name}:")
-    head.append(f"  {describe_sources(run.sources)}")
+    head.append(f"  {signal_sentence(run.signal)}")
     console.print(head)
+    where = Text()
+    if run.name is not None:
+        where.append(f"run {run.name}: ")
+    where.append(describe_sources(run.sources))
+    console.print(where)
     console.print(
         f"{summary}; fail-on {diagnosis.config.fail_on}: "
         + (f"{len(failing)} failing -> exit 1" if failing else "nothing failing -> exit 0")
@@ -172,8 +176,9 @@ def _rollout_channels(console: Console, diagnosis: Diagnosis) -> None:
         ("channel", "left"),
         ("weight", "right"),
         ("rel_gain peak -> now", "right"),
-        ("variance share GRPO / GDPO", "right"),
-        ("constant groups", "right"),
+        ("variance share GRPO/GDPO", "right"),
+        ("constant", "right"),
+        ("state", "left"),
         ("mean reward", "right"),
     ]:
         table.add_column(name, justify=justify)  # type: ignore[arg-type]
@@ -185,11 +190,26 @@ def _rollout_channels(console: Console, diagnosis: Diagnosis) -> None:
             f"{_num(row['rel_gain_peak'])}{peak_at} -> {_num(row['rel_gain_now'])}",
             f"{share_pct(row['signal_share_grpo'])} / {share_pct(row['signal_share_gdpo'])}",
             pct(row["zero_variance_share"]),
+            _state(row),
             _num(row["reward_mean"]),
         )
     console.print(Text("Channels (now = median of the last 10% of steps)", style="bold"))
     console.print(table)
     console.print()
+
+
+def _state(row: Mapping[str, Any]) -> str:
+    """``ceiling 92%``, ``floor 99%``, ``sparse 8%`` (share of rollouts it applies to) or ``ranking``."""
+    state = row.get("state")
+    if state == "ceiling":
+        return f"ceiling {pct(row['ceiling_share'])}"
+    if state == "floor":
+        return f"floor {pct(row['floor_share'])}"
+    if state == "sparse":
+        return f"sparse {pct(row['applies_share'])}"
+    if state == "clipped":
+        return "clipped (CD104)"
+    return str(state or "-")
 
 
 def _findings(console: Console, diagnosis: Diagnosis) -> None:
@@ -217,7 +237,8 @@ def _findings(console: Console, diagnosis: Diagnosis) -> None:
         if finding.remedy:
             console.print(_indented(console, f"remedy: {finding.remedy}", style="green"))
         if finding.gdpo_resolves is not None:
-            console.print(_indented(console, f"GDPO would resolve it: {'yes' if finding.gdpo_resolves else 'no'}"))
+            answer = "yes" if finding.gdpo_resolves else "no"
+            console.print(_indented(console, f"{diagnosis.run.counterfactual_algorithm} would resolve it: {answer}"))
     if any(FROM_SCAN in (f.remedy or "") for f in diagnosis.findings):
         console.print(
             _indented(console, f"(`{FROM_SCAN}` reads this scan's JSON: add `--json scan.json` to this scan)"),

@@ -167,7 +167,8 @@ def apply_scan(
     for finding in findings:
         code = finding.get("code", "?")
         remedy = str(finding.get("remedy") or "")
-        wants_gdpo = wants_gdpo or "gdpo" in remedy.lower() or bool(finding.get("gdpo_resolves"))
+        # Only where the scan's own counterfactual says GDPO's advantages would not show the problem.
+        wants_gdpo = wants_gdpo or finding.get("gdpo_resolves") is True
         for channel in _DROP.findall(remedy):
             if channel not in names:
                 changes.append(f"{code}: would drop `{channel}`, which is not among --reward; ignored")

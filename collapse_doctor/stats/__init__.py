@@ -25,33 +25,42 @@ from collapse_doctor.stats import (
     outliers,
     shape,
     signal,
+    silence,
     sizes,
     ties,
+    weightfit,
 )
 from collapse_doctor.stats.chunk import MAX_DENSE_GROUP, ChunkInput, DenseChunk, GeneralChunk, dense_group_size
-from collapse_doctor.stats.outliers import OUTLIER_GAP
-from collapse_doctor.stats.ties import DISTINCT_QUANTUM, TIE_QUANTUM
+from collapse_doctor.stats.outliers import OUTLIER_GAP, OUTLIER_SCALE
+from collapse_doctor.stats.silence import SILENT_SPAN
+from collapse_doctor.stats.ties import ADV_TIE_QUANTUM, DISTINCT_QUANTUM, TIE_QUANTUM
 
 __all__ = [
+    "ADV_TIE_QUANTUM",
     "DISTINCT_QUANTUM",
     "FAMILIES",
+    "LOGGED_FAMILIES",
     "MAX_DENSE_GROUP",
     "OUTLIER_GAP",
+    "OUTLIER_SCALE",
+    "SILENT_SPAN",
     "TIE_QUANTUM",
     "ChunkInput",
     "dense_group_size",
     "step_statistics",
 ]
 
-FAMILIES = (sizes, channels, signal, dominance, shape, outliers, ties, correlation, logged)
+FAMILIES = (sizes, channels, signal, silence, dominance, shape, outliers, ties, correlation, logged, weightfit)
 """The statistic families; each has ``NAMES``, ``general(GeneralChunk)`` and ``dense(DenseChunk)``."""
+LOGGED_FAMILIES = (logged, weightfit)
+"""The families that produce their series only when the chunk has a logged advantage."""
 
 
 def step_statistics(chunk: ChunkInput, *, allow_dense: bool = True) -> dict[str, Tensor]:
     """Reduce a chunk to per-step statistics (float64 tensors ``[S]``, ``[S, C]`` or ``[S, P]``).
 
-    Keys in :data:`collapse_doctor.series.SERIES` order; ``corr_*`` and ``within_corr`` need two channels,
-    ``logged_*`` a logged advantage.
+    Keys in :data:`collapse_doctor.series.SERIES` order; the pair-shaped series need two channels,
+    ``logged_*`` and ``wfit_*`` a logged advantage.
 
     >>> import torch
     >>> from collapse_doctor.advantages import compute_advantages

@@ -19,7 +19,7 @@ import torch
 from torch import Tensor
 
 from collapse_doctor.advantages import AdvantageResult, Segments, centered_segments
-from collapse_doctor.stats.kernels import segment_sum
+from collapse_doctor.stats.kernels import segment_extreme, segment_sum
 
 MAX_DENSE_GROUP = 64
 """Largest group size for the dense path (its pair comparisons are [G, g, g])."""
@@ -153,6 +153,75 @@ class GeneralChunk:
         """``[N]`` GDPO's weighted sum of channel z-scores ``s``."""
         return (self.zscores * self.weights).sum(dim=1)
 
+    @cached_property
+    def column_has_nan(self) -> list[bool]:
+        """Per channel: whether any of its rewards is NaN (a column without NaN makes every row valid)."""
+        return [bool(torch.isnan(x).any()) for x in self.columns]
+
+    @cached_property
+    def all_valid(self) -> bool:
+        """Every row has at least one reward."""
+        return bool(self.valid_row.all())
+
+    @cached_property
+    def channel_extremes(self) -> list[tuple[Tensor, Tensor]]:
+        """Per channel: ``[G]`` group max and min over its non-NaN rewards (-inf / +inf for a group with none)."""
+        gi, G = self.group_index, self.num_groups
+        return [(segment_extreme(x, gi, G, "amax"), segment_extreme(x, gi, G, "amin")) for x in self.columns]
+
+    @cached_property
+    def step_extremes(self) -> tuple[Tensor, Tensor]:
+        """``[S, C]`` each channel's max and min over the step's non-NaN rewards (-inf / +inf where none), in
+        the rewards' dtype (so they compare exactly with the group extremes)."""
+        si, S = self.group_step, self.num_steps
+        high = [segment_extreme(hi, si, S, "amax") for hi, _ in self.channel_extremes]
+        low = [segment_extreme(lo, si, S, "amin") for _, lo in self.channel_extremes]
+        empty = torch.empty((S, 0), dtype=self.rewards.dtype, device=self.device)
+        if not high:
+            return empty, empty
+        return torch.stack(high, dim=1), torch.stack(low, dim=1)
+
+    @cached_property
+    def constant_at(self) -> tuple[list[Tensor], list[Tensor]]:
+        """Per channel: ``[G]`` whether its non-NaN values in the group are all equal to the step's maximum
+        (first list) or minimum (second list) of the channel; False for a group without a value."""
+        high, low = self.step_extremes
+        at_max, at_min = [], []
+        for k, (hi, lo) in enumerate(self.channel_extremes):
+            constant = hi == lo
+            at_max.append(constant & (hi == high[self.group_step, k]))
+            at_min.append(constant & (lo == low[self.group_step, k]))
+        return at_max, at_min
+
+    @cached_property
+    def total_ss(self) -> Tensor:
+        """``[S]`` sum of ``dev_t^2`` over the step's rows."""
+        return self.steps_sum(self.dev_t**2)
+
+    @cached_property
+    def pooled_total_std(self) -> Tensor:
+        """``[S]`` pooled within-group std of the totals: ``sqrt(sum dev_t^2 / sum (n_g - 1))`` over the groups
+        with 2+ valid rows (NaN for a step without such a group)."""
+        dof = self.steps_of_groups(torch.where(self.eligible, self.group_rows - 1, 0.0))
+        return torch.where(dof > 0, (self.total_ss / dof.clamp_min(1.0)).sqrt(), torch.nan)
+
+    def trl_deviations(self) -> list[Tensor]:
+        """Per channel: ``[N]`` float64 deviation of the reward, NaN read as 0 (as TRL's ``nansum`` of the
+        weighted total does), from its group mean over the valid rows; 0 on rows without any reward.
+
+        With these ``dev_t = sum_k w_k D_k`` holds exactly, NaN rewards or not. Not kept (one family reads
+        them).
+        """
+        out = []
+        for k, x in enumerate(self.columns):
+            if not self.column_has_nan[k]:
+                out.append(self.channel_centred[k][0].double())  # no NaN: every row is valid
+                continue
+            filled = torch.where(self.valid_row, torch.nan_to_num(x, nan=0.0), torch.nan)
+            dev, _, _ = centered_segments(filled, self.groups)
+            out.append(torch.nan_to_num(dev.double(), nan=0.0))
+        return out
+
 
 class DenseChunk:
     """A chunk of consecutive groups of ``g`` rows without NaN, in member-major layout.
@@ -179,9 +248,17 @@ class DenseChunk:
         """``[S]`` groups per step, float64."""
 
     def steps_sum(self, x: Tensor) -> Tensor:
-        """Per-group values ``[G]`` or ``[K, G]`` summed per step: ``[S]`` or ``[S, K]`` (steps are sorted)."""
-        x = x.t() if x.ndim == 2 else x
-        return torch.segment_reduce(x.to(torch.float64), "sum", lengths=self.groups_per_step, axis=0)
+        """Per-group values ``[G]`` or ``[K, G]`` summed per step: ``[S]`` or ``[S, K]`` (steps are sorted).
+
+        Row by row: a 1-D segment reduction is several times faster than one over ``[G, K]``, with the same sums.
+        """
+        lengths = self.groups_per_step
+        if x.ndim == 1:
+            return torch.segment_reduce(x.to(torch.float64), "sum", lengths=lengths, axis=0)
+        if x.shape[0] == 0:
+            return torch.zeros((self.num_steps, 0), dtype=torch.float64, device=x.device)
+        rows = [torch.segment_reduce(row.to(torch.float64).contiguous(), "sum", lengths=lengths) for row in x]
+        return torch.stack(rows, dim=1)
 
     def members(self, x: Tensor) -> Tensor:
         """Rows ``[N]`` or ``[N, K]`` as ``[g, G]`` or ``[K, g, G]``."""
@@ -274,3 +351,43 @@ class DenseChunk:
         """``{"grpo": [g, G], "gdpo": [g, G]}`` recomputed advantages."""
         adv = self.input.advantages
         return {"grpo": self.members(adv.grpo), "gdpo": self.members(adv.gdpo)}
+
+    @cached_property
+    def member_extremes(self) -> tuple[Tensor, Tensor]:
+        """``[C, G]`` each channel's group max and min."""
+        rewards = self.member_rewards
+        return rewards.amax(dim=-2), rewards.amin(dim=-2)
+
+    @cached_property
+    def step_extremes(self) -> tuple[Tensor, Tensor]:
+        """``[S, C]`` each channel's max and min over the step (-inf / +inf for a step without rows), in the
+        rewards' dtype."""
+        high, low = self.member_extremes
+        lengths = self.groups_per_step  # 1-D segment reductions: several times faster than one over [G, C]
+        return (
+            torch.stack([torch.segment_reduce(x, "max", lengths=lengths) for x in high], dim=1),
+            torch.stack([torch.segment_reduce(x, "min", lengths=lengths) for x in low], dim=1),
+        )
+
+    @cached_property
+    def constant_at(self) -> tuple[Tensor, Tensor]:
+        """``[C, G]`` whether the channel is constant in the group at the step's maximum (first) or minimum."""
+        high, low = self.member_extremes
+        step_high, step_low = self.step_extremes
+        constant = high == low
+        return (
+            constant & (high == step_high.t()[:, self.group_step]),
+            constant & (low == step_low.t()[:, self.group_step]),
+        )
+
+    @cached_property
+    def total_ss(self) -> Tensor:
+        """``[S]`` sum of ``dev_t^2`` over the step's rows."""
+        dev_t = self.dev_t
+        return self.steps_sum((dev_t * dev_t).sum(dim=0))
+
+    @cached_property
+    def pooled_total_std(self) -> Tensor:
+        """``[S]`` pooled within-group std of the totals: ``sqrt(sum dev_t^2 / sum (n_g - 1))``."""
+        dof = self.gps * (self.g - 1)
+        return torch.where(dof > 0, (self.total_ss / dof.clamp_min(1.0)).sqrt(), torch.nan)

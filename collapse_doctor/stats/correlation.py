@@ -3,6 +3,9 @@
 For the pair (i, j), over the rows where both rewards exist: ``corr_sxy = sum dev_i dev_j``,
 ``corr_sxx = sum dev_i^2``, ``corr_syy = sum dev_j^2`` (deviations from each channel's own group mean)
 and ``within_corr = sxy / sqrt(sxx syy)``. Pairs in ``itertools.combinations`` order; none for one channel.
+
+The support: ``corr_rows`` counts the rows with both rewards in groups that have 2+ such rows,
+``corr_groups`` those groups (a group with a single such row adds no within-group co-variation).
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from torch import Tensor
 from collapse_doctor.stats.chunk import DenseChunk, GeneralChunk
 from collapse_doctor.stats.kernels import ratio
 
-NAMES = ("corr_sxy", "corr_sxx", "corr_syy", "within_corr")
+NAMES = ("corr_sxy", "corr_sxx", "corr_syy", "within_corr", "corr_rows", "corr_groups")
 
 
 def general(c: GeneralChunk) -> dict[str, Tensor]:
@@ -27,7 +30,21 @@ def general(c: GeneralChunk) -> dict[str, Tensor]:
     sxy = torch.stack([c.steps_sum(dev[:, i] * dev[:, j] * b) for (i, j), b in zip(pairs, both, strict=True)], 1)
     sxx = torch.stack([c.steps_sum(dev[:, i] ** 2 * b) for (i, _), b in zip(pairs, both, strict=True)], 1)
     syy = torch.stack([c.steps_sum(dev[:, j] ** 2 * b) for (_, j), b in zip(pairs, both, strict=True)], 1)
-    return {"corr_sxy": sxy, "corr_sxx": sxx, "corr_syy": syy, "within_corr": ratio(sxy, (sxx * syy).sqrt())}
+    rows, groups = [], []
+    for (i, j), b in zip(pairs, both, strict=True):
+        nan_free = not (c.column_has_nan[i] or c.column_has_nan[j])
+        count = c.groups.rows.double() if nan_free else c.group_sum(b)
+        enough = count >= 2
+        rows.append(c.steps_of_groups(torch.where(enough, count, 0.0)))
+        groups.append(c.steps_of_groups(enough.double()))
+    return {
+        "corr_sxy": sxy,
+        "corr_sxx": sxx,
+        "corr_syy": syy,
+        "within_corr": ratio(sxy, (sxx * syy).sqrt()),
+        "corr_rows": torch.stack(rows, 1),
+        "corr_groups": torch.stack(groups, 1),
+    }
 
 
 def dense(c: DenseChunk) -> dict[str, Tensor]:
@@ -39,4 +56,12 @@ def dense(c: DenseChunk) -> dict[str, Tensor]:
     sxy = torch.stack([c.steps_sum((dev[i] * dev[j]).sum(dim=0)) for i, j in pairs], 1)
     sxx = torch.stack([squares[:, i] for i, _ in pairs], 1)
     syy = torch.stack([squares[:, j] for _, j in pairs], 1)
-    return {"corr_sxy": sxy, "corr_sxx": sxx, "corr_syy": syy, "within_corr": ratio(sxy, (sxx * syy).sqrt())}
+    groups = c.gps[:, None].expand(c.num_steps, len(pairs))
+    return {
+        "corr_sxy": sxy,
+        "corr_sxx": sxx,
+        "corr_syy": syy,
+        "within_corr": ratio(sxy, (sxx * syy).sqrt()),
+        "corr_rows": groups * c.g,
+        "corr_groups": groups.clone(),
+    }

@@ -1,9 +1,21 @@
-"""Outlier-dominated groups: the most extreme total far from the rest of its group, which still vary.
+"""Outlier groups: the most extreme total far from the rest of its group, split into lone and heavy-tailed.
 
-A group of at least 4 valid rows whose totals differ is outlier-dominated when its row with the largest
-``|dev_t|`` (the first on ties) lies more than :data:`OUTLIER_GAP` stds (ddof=1) of the other rows away
-from their mean, and those others are not constant (std above ``1e-6`` times the group's std).
-``outlier_rest_std_*`` is the mean, over those groups, of the std of the other rows' advantages.
+A group of at least 4 valid rows whose totals differ (a "big" group) is an outlier group when its row with
+the largest ``|dev_t|`` (the first on ties), the extreme member,
+
+- lies more than :data:`OUTLIER_GAP` stds (ddof=1) of the other rows away from their mean, those others not
+  being constant (std above ``1e-6`` times the group's std), and
+- lies more than :data:`OUTLIER_SCALE` times the step's pooled within-group std of the totals away from the
+  others' mean (``sqrt(sum dev_t^2 / sum (n_g - 1))`` over the groups with 2+ valid rows), so that three
+  near-equal members in a group of 4 do not make an ordinary member look extreme.
+
+The channel deciding the extreme member is the one with the largest ``|w_c dev_c|`` in its row (the first
+on ties; a NaN reward counts 0). When that channel is constant on the other members (their non-NaN values
+of it all equal) the group is a lone outlier (``outlier_lone_share``): a single success or failure on one
+channel, which is how GRPO learns from rare successes, not a pathology. The other outlier groups are heavy
+tails, an extreme value on a channel that also varies among the rest (``outlier_group_share``), and
+``outlier_rest_std_*`` is the mean, over those groups, of the std of the other rows' advantages. Both shares
+are over the big groups.
 """
 
 from __future__ import annotations
@@ -16,8 +28,16 @@ from collapse_doctor.stats.kernels import first_argmax, ratio, segment_extreme
 
 OUTLIER_GAP = 8.0
 """A group is outlier-dominated when its most extreme total sits this many stds of the rest away."""
+OUTLIER_SCALE = 3.0
+"""... and more than this many pooled within-group stds of the step's totals from the rest's mean. The gap
+alone is relative to the rest's own spread: in a group of 4 whose other three members happen to be close
+(a std far below the step's typical one) an ordinary fourth member passes it; with groups of 4 that fired
+in 4-10% of the groups of healthy continuous runs. Three pooled stds is far out for a normal deviation
+(beyond it with probability 0.3%). A lone success on a binary channel (weight w, one success in a group of
+n, in a share f of the step's groups, the others constant) is w from the rest's mean while the pooled std
+is about ``w sqrt(f / n)``: it passes while such successes are rare (``sqrt(n / f) > 3``)."""
 
-NAMES = ("outlier_group_share", "outlier_rest_std_grpo", "outlier_rest_std_gdpo")
+NAMES = ("outlier_group_share", "outlier_lone_share", "outlier_rest_std_grpo", "outlier_rest_std_gdpo")
 
 
 def general(c: GeneralChunk) -> dict[str, Tensor]:
@@ -47,16 +67,38 @@ def general(c: GeneralChunk) -> dict[str, Tensor]:
 
     mean_o, std_o = others_std(dev_t)
     extreme = c.group_sum(torch.where(chosen, dev_t.double(), 0.0))
-    spread_o = std_o.clamp_min(1e-12)
-    gap = (extreme - mean_o).abs() / spread_o
-    outlier = big_groups & (std_o > 1e-6 * std_t.double().clamp_min(1e-12)) & (gap > OUTLIER_GAP)
+    distance = (extreme - mean_o).abs()
+    gap = distance / std_o.clamp_min(1e-12)
+    far = distance > OUTLIER_SCALE * c.pooled_total_std[c.group_step]
+    outlier = big_groups & (std_o > 1e-6 * std_t.double().clamp_min(1e-12)) & (gap > OUTLIER_GAP) & far
+
+    # The lone test, on the few outlier groups only: is the deciding channel constant on the others?
+    ids = torch.nonzero(outlier).squeeze(1)
+    k_of_group = torch.full((G,), -1, dtype=torch.int64, device=c.device)
+    k_of_group[ids] = torch.arange(ids.numel(), device=c.device)
+    extreme_rows = first[ids]
+    contributions = (c.dev[extreme_rows] * c.weights).abs()
+    decider, _ = first_argmax(list(contributions.unbind(dim=1)))
+    k_row = k_of_group[gi]
+    rest = torch.nonzero((k_row >= 0) & valid_row & ~chosen).squeeze(1)
+    k_rest = k_row[rest]
+    values = c.rewards[rest, decider[k_rest]]
+    K = ids.numel()
+    lone_k = segment_extreme(values, k_rest, K, "amax") == segment_extreme(values, k_rest, K, "amin")
+    lone = torch.zeros(G, dtype=torch.bool, device=c.device)
+    lone[ids] = lone_k
+    heavy = outlier & ~lone
+
     n_big = c.steps_of_groups(big_groups.double())
-    out = {"outlier_group_share": ratio(c.steps_of_groups(outlier.double()), n_big)}
+    out = {
+        "outlier_group_share": ratio(c.steps_of_groups(heavy.double()), n_big),
+        "outlier_lone_share": ratio(c.steps_of_groups(lone.double()), n_big),
+    }
     adv = c.input.advantages
     for name, x in (("grpo", adv.grpo), ("gdpo", adv.gdpo)):
         _, std_adv_o = others_std(x)
         out[f"outlier_rest_std_{name}"] = ratio(
-            c.steps_of_groups(torch.where(outlier, std_adv_o, 0.0)), c.steps_of_groups(outlier.double())
+            c.steps_of_groups(torch.where(heavy, std_adv_o, 0.0)), c.steps_of_groups(heavy.double())
         )
     return out
 
@@ -80,14 +122,32 @@ def dense(c: DenseChunk) -> dict[str, Tensor]:
     others = (torch.arange(g, device=c.device)[:, None] != extreme_row).to(torch.float64)  # all but the extreme
     mean_o, std_o = _others_std(dev_t, others)
     extreme = dev_t.gather(0, extreme_row[None]).squeeze(0).double()
-    gap = (extreme - mean_o).abs() / std_o.clamp_min(1e-12)
+    distance = (extreme - mean_o).abs()
+    gap = distance / std_o.clamp_min(1e-12)
+    far = distance > OUTLIER_SCALE * c.pooled_total_std[c.group_step]
     big = c.signal & (g >= 4)
-    outlier = big & (std_o > 1e-6 * std_t.double().clamp_min(1e-12)) & (gap > OUTLIER_GAP)
-    out = {"outlier_group_share": ratio(c.steps_sum(outlier), c.steps_sum(big))}
-    n_outlier = c.steps_sum(outlier)
-    outliers = torch.nonzero(outlier).squeeze(1)  # few: the rest's advantage std is only needed there
+    outlier = big & (std_o > 1e-6 * std_t.double().clamp_min(1e-12)) & (gap > OUTLIER_GAP) & far
+
+    ids = torch.nonzero(outlier).squeeze(1)  # few: the lone test and the rest's std are only needed there
+    K = ids.numel()
+    extreme_sel = extreme_row[ids][None]  # [1, K]
+    dev_sel = c.dev[:, :, ids]  # [C, g, K]
+    contributions = [(dev_sel[k].gather(0, extreme_sel).squeeze(0) * w).abs() for k, w in enumerate(c.weights)]
+    decider, _ = first_argmax(contributions)
+    values = c.member_rewards[:, :, ids].gather(0, decider[None, None, :].expand(1, g, K)).squeeze(0)  # [g, K]
+    others_sel = others[:, ids] > 0
+    high = torch.where(others_sel, values, float("-inf")).amax(dim=0)
+    low = torch.where(others_sel, values, float("inf")).amin(dim=0)
+    lone = torch.zeros(c.num_groups, dtype=torch.bool, device=c.device)
+    lone[ids] = high == low
+    heavy = outlier & ~lone
+
+    n_big = c.steps_sum(big)
+    n_heavy = c.steps_sum(heavy)
+    out = {"outlier_group_share": ratio(n_heavy, n_big), "outlier_lone_share": ratio(c.steps_sum(lone), n_big)}
+    heavy_ids = torch.nonzero(heavy).squeeze(1)
     for name, x in c.advantages.items():
-        _, std_adv_o = _others_std(x[:, outliers], others[:, outliers])
-        rest_std = torch.zeros(c.num_groups, dtype=torch.float64, device=c.device).index_copy_(0, outliers, std_adv_o)
-        out[f"outlier_rest_std_{name}"] = ratio(c.steps_sum(rest_std), n_outlier)
+        _, std_adv_o = _others_std(x[:, heavy_ids], others[:, heavy_ids])
+        rest_std = torch.zeros(c.num_groups, dtype=torch.float64, device=c.device).index_copy_(0, heavy_ids, std_adv_o)
+        out[f"outlier_rest_std_{name}"] = ratio(c.steps_sum(rest_std), n_heavy)
     return out

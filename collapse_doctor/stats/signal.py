@@ -21,7 +21,7 @@ def general(c: GeneralChunk) -> dict[str, Tensor]:
     z, w, dev_t = c.zscores, c.weights, c.dev_t
     all_flat = (z == 0).all(dim=1).double()  # no channel varies within the row's group
     group_flat = segment_extreme(all_flat, c.group_index, c.num_groups, "amin")
-    var_t = c.steps_sum(dev_t**2)
+    var_t = c.total_ss
     var_s = c.steps_sum(c.fused**2)
     return {
         "zero_var_share": ratio(c.steps_of_groups((eligible & (std_t == 0)).double()), n_eligible),
@@ -33,7 +33,7 @@ def general(c: GeneralChunk) -> dict[str, Tensor]:
 
 def dense(c: DenseChunk) -> dict[str, Tensor]:
     z, fused, dev_t, weight = c.zscores, c.fused, c.dev_t, c.weight_column
-    var_t = c.steps_sum((dev_t * dev_t).sum(dim=0))
+    var_t = c.total_ss
     var_s = c.steps_sum((fused * fused).sum(dim=0))
     return {
         "zero_var_share": c.steps_sum(c.std_t == 0) / c.gps,

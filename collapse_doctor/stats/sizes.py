@@ -1,4 +1,9 @@
-"""Rollouts, groups and group sizes per step."""
+"""Rollouts, valid rows, groups, groups with a baseline (2+ valid rows) and group sizes per step.
+
+A row is valid when at least one of its rewards is not NaN (rows without any reward are left out of every
+group). ``eligible_groups`` counts the groups with at least two valid rows: the support of every share
+"over groups" (a group of one has no within-group contrast; TRL gives it advantage 0).
+"""
 
 from __future__ import annotations
 
@@ -8,7 +13,7 @@ from torch import Tensor
 from collapse_doctor.stats.chunk import DenseChunk, GeneralChunk
 from collapse_doctor.stats.kernels import segment_extreme, segment_sum
 
-NAMES = ("rollouts", "groups", "group_size_min", "group_size_max")
+NAMES = ("rollouts", "valid_rows", "groups", "eligible_groups", "group_size_min", "group_size_max")
 
 
 def general(c: GeneralChunk) -> dict[str, Tensor]:
@@ -16,7 +21,9 @@ def general(c: GeneralChunk) -> dict[str, Tensor]:
     S = c.num_steps
     return {
         "rollouts": segment_sum(torch.ones(c.num_rows, device=c.device), c.step_index, S),
+        "valid_rows": c.steps_of_groups(rows),
         "groups": c.steps_of_groups((rows > 0).to(torch.float64)),
+        "eligible_groups": c.steps_of_groups(c.eligible.to(torch.float64)),
         "group_size_min": segment_extreme(torch.where(rows > 0, rows, torch.nan), c.group_step, S, "amin"),
         "group_size_max": segment_extreme(rows, c.group_step, S, "amax"),
     }
@@ -26,7 +33,9 @@ def dense(c: DenseChunk) -> dict[str, Tensor]:
     gps, g = c.gps, c.g
     return {
         "rollouts": gps * g,
+        "valid_rows": gps * g,
         "groups": gps,
+        "eligible_groups": gps.clone(),
         "group_size_min": torch.where(gps > 0, float(g), torch.nan),
         "group_size_max": torch.where(gps > 0, float(g), torch.nan),
     }

@@ -1,9 +1,18 @@
-"""Resolution of the rewards and advantages: tied totals and distinct advantage values.
+"""Resolution of the rewards and advantages: tied pairs under each algorithm and distinct advantage values.
 
 ``differing_pairs`` counts the pairs of valid rows of a group whose reward vectors differ (quantised to
-:data:`TIE_QUANTUM`), ``tied_pair_share`` the share of those whose weighted totals are nevertheless equal
-(GRPO cannot rank them). ``distinct_ratio_*`` is the mean, over groups that carry signal, of the number of
-distinct advantage values (quantised to :data:`DISTINCT_QUANTUM`) per valid row.
+:data:`TIE_QUANTUM`). ``tied_pair_share`` is the share of those whose weighted totals are nevertheless equal
+(quantised to :data:`TIE_QUANTUM`): GRPO cannot rank them. ``tied_pair_share_gdpo`` is the share of the same
+differing pairs whose GDPO advantages are equal (quantised to :data:`ADV_TIE_QUANTUM`): GDPO cannot rank them.
+
+Two complementary binaries (``B = 1 - A`` on every row of the group) with equal weights tie under both: the
+totals are all equal, and ``z_B = -z_A`` makes every fused sum 0. With unequal weights they tie under
+neither. Under GDPO the other vectors of the group matter: in ``(1,0) (0,1) (1,1) (1,0)`` with equal weights
+the pair ``(1,0)``-``(0,1)`` ties under GRPO (totals 1 and 1) but not under GDPO (A is 1 on 3 of 4 rows, B on
+2 of 4, so their z-scores differ); with 3+ channels equal totals need not mean equal fused sums.
+
+``distinct_ratio_*`` is the mean, over groups that carry signal, of the number of distinct advantage values
+among the group's valid rows (quantised to :data:`DISTINCT_QUANTUM`) per valid row.
 """
 
 from __future__ import annotations
@@ -12,14 +21,20 @@ import torch
 from torch import Tensor
 
 from collapse_doctor.stats.chunk import DenseChunk, GeneralChunk
-from collapse_doctor.stats.kernels import bucket_sizes, hash_rows, quantize, ratio
+from collapse_doctor.stats.kernels import bucket_sizes, hash_rows, quantize, ratio, segment_sum
 
 TIE_QUANTUM = 1e-5
 """Totals closer than this count as tied (float32 sums of equal rewards differ by rounding only)."""
 DISTINCT_QUANTUM = 1e-4
 """Advantages closer than this count as one value."""
+ADV_TIE_QUANTUM = DISTINCT_QUANTUM
+"""GDPO advantages closer than this count as tied: the advantages' own unit of equality, as for
+``distinct_ratio_*``. They are batch z-scores (unit std over the step), so rounding leaves residues of
+about 1e-7 where two fused sums cancel exactly, and a quantum of 1e-4 is wide enough that such residues
+rarely straddle a bin edge (about 0.2% of truly tied pairs, against about 2% at 1e-5), while two advantages
+closer than 1e-4 of a batch std do not rank a pair in any way the optimiser can use."""
 
-NAMES = ("distinct_ratio_grpo", "distinct_ratio_gdpo", "differing_pairs", "tied_pair_share")
+NAMES = ("distinct_ratio_grpo", "distinct_ratio_gdpo", "differing_pairs", "tied_pair_share", "tied_pair_share_gdpo")
 
 
 def general(c: GeneralChunk) -> dict[str, Tensor]:
@@ -28,15 +43,21 @@ def general(c: GeneralChunk) -> dict[str, Tensor]:
     signal_rows = c.signal_rows.double()
     signal_groups = c.signal_group.double()
     for name, x in (("grpo", adv.grpo), ("gdpo", adv.gdpo)):
-        keys = hash_rows([gi, quantize(x, DISTINCT_QUANTUM)])
-        distinct = c.group_sum((1.0 / bucket_sizes(keys)).double() * signal_rows)
+        if not c.all_valid:
+            x = torch.where(c.valid_row, x, torch.nan)  # rows without reward are not values of the group
+        bins = quantize(x, DISTINCT_QUANTUM)
+        same = bucket_sizes(hash_rows([gi, bins]))
+        distinct = c.group_sum((1.0 / same).double() * signal_rows)
         per_row = ratio(distinct, c.group_rows)
         out[f"distinct_ratio_{name}"] = ratio(
             c.steps_of_groups(torch.nan_to_num(per_row) * signal_groups), c.steps_of_groups(signal_groups)
         )
 
     vq = [quantize(x, TIE_QUANTUM) for x in c.columns]
-    same_vector = bucket_sizes(hash_rows([gi, *vq])).double()
+    vector = hash_rows([gi, *vq])
+    _, bucket, bucket_rows = torch.unique(vector, return_inverse=True, return_counts=True)
+    vector_rows = bucket_rows[bucket]
+    same_vector = vector_rows.double()
     same_total = bucket_sizes(hash_rows([gi, quantize(c.total, TIE_QUANTUM)])).double()
     vr = c.valid_row.double()
     pairs_all = c.steps_sum(vr * (c.group_rows[gi] - 1) / 2)
@@ -45,24 +66,86 @@ def general(c: GeneralChunk) -> dict[str, Tensor]:
     differing = pairs_all - pairs_identical
     out["differing_pairs"] = differing
     out["tied_pair_share"] = ratio(pairs_equal_total - pairs_identical, differing)
+
+    # GDPO: pairs with equal advantages minus those among them with equal vectors (the differing tied pairs).
+    if ADV_TIE_QUANTUM != DISTINCT_QUANTUM:  # else the loop's last bins (and buckets) are GDPO's
+        x = adv.gdpo if c.all_valid else torch.where(c.valid_row, adv.gdpo, torch.nan)
+        bins = quantize(x, ADV_TIE_QUANTUM)
+        same = bucket_sizes(hash_rows([gi, bins]))
+    extra = (same - 1).double()  # per row: the GDPO pairs of equal advantages
+    pairs_equal_adv = c.steps_sum(extra if c.all_valid else extra * vr) / 2
+    pairs_equal_both = pairs_identical
+    mixed = _mixed_rows(bucket, bucket_rows, vector_rows, bins)
+    if mixed.numel():
+        same_both = bucket_sizes(hash_rows([vector[mixed], bins[mixed]])).double()
+        lost = vr[mixed] * (same_vector[mixed] - same_both) / 2
+        pairs_equal_both = pairs_identical - segment_sum(lost, c.step_index[mixed], c.num_steps)
+    out["tied_pair_share_gdpo"] = ratio(pairs_equal_adv - pairs_equal_both, differing)
     return out
+
+
+def _mixed_rows(bucket: Tensor, bucket_rows: Tensor, rows: Tensor, second: Tensor) -> Tensor:
+    """The rows of the buckets (row ``i`` in bucket ``bucket[i]`` of ``bucket_rows`` rows, from ``torch.unique``;
+    ``rows`` is ``bucket_rows[bucket]``) in which ``second`` is not uniform.
+
+    Rows with equal reward vectors nearly always have equal advantages, so this is nearly always empty and
+    the pairs with equal vectors and equal advantages are the pairs with equal vectors. Only the rows that
+    share their bucket are looked at.
+
+    >>> bucket, bucket_rows = torch.tensor([0, 0, 1, 1, 1, 2]), torch.tensor([2, 3, 1])
+    >>> _mixed_rows(bucket, bucket_rows, bucket_rows[bucket], torch.tensor([1, 1, 2, 3, 2, 7])).tolist()
+    [2, 3, 4]
+    """
+    shared = torch.nonzero(rows > 1).squeeze(1)
+    ids, values = bucket[shared], second[shared]
+    size = bucket_rows.numel()
+    high = torch.full((size,), torch.iinfo(torch.int64).min, dtype=torch.int64, device=bucket.device)
+    low = torch.full((size,), torch.iinfo(torch.int64).max, dtype=torch.int64, device=bucket.device)
+    mixed = high.scatter_reduce(0, ids, values, reduce="amax") != low.scatter_reduce(0, ids, values, reduce="amin")
+    mixed &= bucket_rows > 1
+    if not bool(mixed.any()):
+        return torch.zeros(0, dtype=torch.int64, device=bucket.device)
+    return shared[mixed[ids]]
 
 
 def dense(c: DenseChunk) -> dict[str, Tensor]:
     g = c.g
     out: dict[str, Tensor] = {}
     for name, x in c.advantages.items():
-        distinct = _distinct_counts(torch.round(x.double() / DISTINCT_QUANTUM))
+        bins = quantize(x, DISTINCT_QUANTUM, nan_free=True)
+        distinct = _distinct_counts(bins)
         out[f"distinct_ratio_{name}"] = ratio(c.steps_sum(distinct * c.signal_float / g), c.num_signal)
 
     rewards = c.member_rewards
     vector = hash_rows([quantize(rewards[k], TIE_QUANTUM, nan_free=True) for k in range(c.num_channels)])
-    identical = _equal_pairs(vector)
-    equal_total = _equal_pairs(quantize(c.total, TIE_QUANTUM, nan_free=True))
+    total = quantize(c.total, TIE_QUANTUM, nan_free=True)
+    if ADV_TIE_QUANTUM != DISTINCT_QUANTUM:  # else the loop's last bins are GDPO's
+        bins = quantize(c.advantages["gdpo"], ADV_TIE_QUANTUM, nan_free=True)
+    identical, equal_total, tied_gdpo = _pair_counts(vector, total, bins)
     differing = g * (g - 1) / 2 * c.gps - c.steps_sum(identical)
     out["differing_pairs"] = differing
     out["tied_pair_share"] = ratio(c.steps_sum(equal_total - identical), differing)
+    out["tied_pair_share_gdpo"] = ratio(c.steps_sum(tied_gdpo), differing)
     return out
+
+
+def _pair_counts(vector: Tensor, total: Tensor, adv: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """Per group (columns of the ``[g, G]`` keys): the pairs of members with equal ``vector``, with equal
+    ``total``, and with equal ``adv`` but different ``vector``.
+
+    >>> [x.tolist() for x in _pair_counts(torch.tensor([[1], [2], [1]]), torch.tensor([[0], [0], [0]]),
+    ...                                   torch.tensor([[5], [5], [6]]))]
+    [[1], [3], [1]]
+    """
+    g = vector.shape[0]
+    identical = torch.zeros(vector.shape[1], dtype=torch.int64, device=vector.device)
+    equal_total, tied_adv = identical.clone(), identical.clone()
+    for shift in range(1, g):
+        same = vector[shift:] == vector[:-shift]
+        identical += same.sum(dim=0)
+        equal_total += (total[shift:] == total[:-shift]).sum(dim=0)
+        tied_adv += ((adv[shift:] == adv[:-shift]) & ~same).sum(dim=0)
+    return identical, equal_total, tied_adv
 
 
 def _distinct_counts(keys: Tensor) -> Tensor:
@@ -76,16 +159,3 @@ def _distinct_counts(keys: Tensor) -> Tensor:
     for shift in range(1, g):
         repeated[shift:] |= keys[shift:] == keys[:-shift]
     return g - repeated.sum(dim=0)
-
-
-def _equal_pairs(keys: Tensor) -> Tensor:
-    """Per group (column of ``keys``, ``[g, G]``): how many pairs of its members have equal keys.
-
-    >>> _equal_pairs(torch.tensor([[1, 5], [2, 5], [1, 5], [3, 5]])).tolist()
-    [1, 6]
-    """
-    g = keys.shape[0]
-    count = torch.zeros(keys.shape[1], dtype=torch.int64, device=keys.device)
-    for shift in range(1, g):
-        count += (keys[shift:] == keys[:-shift]).sum(dim=0)
-    return count

@@ -238,7 +238,8 @@ def test_from_scan_reads_the_remedies_scan_writes() -> None:
     specs = parse_rewards(["format=format_tag", "correct=exact_match"])
     _, weights, changes, wants_gdpo = apply_scan(golden / "saturating-format.json", specs, {s.name: 1.0 for s in specs})
     assert wants_gdpo
-    assert changes == ["CD101: weight of `format` 1 -> 0.1", "CD402: weight of `format` 0.1 -> 0.44"]
+    # CD101 (`format` saturated at its ceiling) proposes no weight: a constant channel changes no advantage
+    assert changes == ["CD402: weight of `format` 1 -> 0.44"]
     assert weights == {"format": 0.44, "correct": 1.0}
 
 

@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 from collapse_doctor.cli import app
 from collapse_doctor.options import ScanOptions
 from collapse_doctor.watch import WatchState, watch
-from tests.helpers.scalar_runs import after, record, scalar_event, trl_series
+from tests.helpers.scalar_runs import after, flat, record, scalar_event, trl_series
 
 EVENTS = "events.out.tfevents.1700000000.host"
 
@@ -26,7 +26,7 @@ def _records(series: dict, steps: range) -> bytes:
 
 
 def test_watch_appends_read_incrementally_and_stops_at_fail_on(tmp_path: Path) -> None:
-    series = trl_series(train__entropy=after(120, 0.8, 0.05))
+    series = trl_series(train__entropy=after(120, 0.8, 0.05), train__reward=flat(0.5))
     log = tmp_path / "runs" / EVENTS
     log.parent.mkdir(parents=True)
     log.write_bytes(_records(series, range(100)))
@@ -56,7 +56,7 @@ def test_watch_appends_read_incrementally_and_stops_at_fail_on(tmp_path: Path) -
 
 
 def test_each_finding_is_reported_once(tmp_path: Path) -> None:
-    series = trl_series(train__entropy=after(60, 0.8, 0.05))
+    series = trl_series(train__entropy=after(60, 0.8, 0.05), train__reward=flat(0.5))
     log = tmp_path / EVENTS
     log.write_bytes(_records(series, range(150)))
     seen: list[str] = []
@@ -86,14 +86,16 @@ def test_waits_for_inputs_that_do_not_exist_yet(tmp_path: Path) -> None:
 
 
 def test_watch_command(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    (tmp_path / EVENTS).write_bytes(_records(trl_series(train__entropy=after(60, 0.8, 0.05)), range(150)))
+    (tmp_path / EVENTS).write_bytes(
+        _records(trl_series(train__entropy=after(60, 0.8, 0.05), train__reward=flat(0.5)), range(150))
+    )
     runner = CliRunner()
     args = ["watch", str(tmp_path), "--interval", "0", "--max-polls", "2", "--device", "cpu"]
     failing = runner.invoke(app, [*args, "--fail-on", "warning"])
     assert failing.exit_code == 1, failing.output
-    assert failing.stdout.count("CRITICAL CD503 ") == 1 and "stopping: CD503" in failing.stdout
+    assert failing.stdout.count("WARNING CD503 ") == 1 and "stopping: CD503" in failing.stdout
     quiet = runner.invoke(app, args)
-    assert quiet.exit_code == 0 and "watched 2 poll(s), 1 scan(s), last step 149: 1 critical" in quiet.stdout
+    assert quiet.exit_code == 0 and "watched 2 poll(s), 1 scan(s), last step 149: 1 warning" in quiet.stdout
     bad = runner.invoke(app, [*args, "--fail-on", "sometimes"])
     assert bad.exit_code == 2 and len(bad.stderr.strip().splitlines()) == 1
 

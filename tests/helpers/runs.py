@@ -112,3 +112,33 @@ def logged_beyond_bound_run(path: Path, *, steps: int = 120, groups: int = 16, g
 def simulated(path: Path, scenario: str, *, steps: int = 200, groups: int = 16, seed: int = 0) -> Path:
     write_simulation(path, scenario, steps=steps, groups=groups, group_size=8, seed=seed)
     return path
+
+
+def sparse_run(path: Path, *, steps: int = 120, groups: int = 16, group_size: int = 8) -> Path:
+    """A continuous score on every row and a judge that applies (is not None) to about 10% of the rows."""
+    rng = np.random.default_rng(4)
+    step, group = _frame(steps, groups, group_size)
+    n = len(step)
+    judge = rng.random(n).astype(np.float32)
+    judge[rng.random(n) >= 0.1] = np.nan
+    return write(
+        path,
+        {"step": step, "group_id": group, "reward/score": rng.random(n).astype(np.float32), "reward/judge": judge},
+    )
+
+
+def lost_channel_run(path: Path, *, steps: int = 120, groups: int = 16, group_size: int = 8) -> Path:
+    """`correct` passes half the time for the first third of the run, then never: the policy lost it."""
+    rng = np.random.default_rng(5)
+    step, group = _frame(steps, groups, group_size)
+    n = len(step)
+    rate = np.where(step < steps // 3, 0.5, 0.0)
+    return write(
+        path,
+        {
+            "step": step,
+            "group_id": group,
+            "reward/correct": (rng.random(n) < rate).astype(np.float32),
+            "reward/style": rng.random(n).astype(np.float32),
+        },
+    )

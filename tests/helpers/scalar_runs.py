@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import json
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -63,6 +65,17 @@ def after(step: int, before: float, later: float, noise: float = 0.05) -> Curve:
     return curve
 
 
+def flat(level: float, noise: float = 0.02) -> Curve:
+    """A level that does not move (multiplicative noise): a training reward that is not rising."""
+    return after(0, level, level, noise)
+
+
+def rises_then_falls(t: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """A reward that climbs to step 60, then falls back to where it started by step 120."""
+    level = np.interp(t, [0, 60, 120, STEPS], [0.3, 0.7, 0.3, 0.3])
+    return level * (1 + 0.02 * rng.standard_normal(len(t)))
+
+
 def oscillating_kl(t: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     smooth = (0.001 + 0.05 * t / STEPS) * (1 + 0.1 * rng.standard_normal(len(t)))
     wild = 0.2 + 0.15 * np.where(t % 2 == 0, 1.0, -1.0) * (1 + 0.2 * rng.standard_normal(len(t)))
@@ -70,7 +83,46 @@ def oscillating_kl(t: np.ndarray, rng: np.random.Generator) -> np.ndarray:
 
 
 def trl_run(directory: Path, **changes: Curve) -> Path:
-    return write_events(directory / "runs" / "Nov30_host", trl_series(**changes)).parent.parent
+    return write_events(directory / "runs" / "Nov30_host", trl_series(0, **changes)).parent.parent
+
+
+def truncation_series(seed: int = 0, *, share: float = 0.9, tracked: bool = True) -> dict[str, np.ndarray]:
+    """A TRL run whose completions hit the length cap in ``share`` of cases (varying from step to step), with a
+    ``length`` channel = characters / cap that follows the cut (``tracked``) or one that ignores it."""
+    rng = np.random.default_rng(seed)
+    series = trl_series(seed, train__reward=flat(0.5))
+    clipped = np.clip(share + 0.04 * rng.standard_normal(STEPS), 0, 1)
+    series["train/completions/clipped_ratio"] = clipped
+    if tracked:
+        series["train/rewards/length/mean"] = np.clip(
+            clipped + 0.5 * (1 - clipped) + 0.005 * rng.standard_normal(STEPS), 0, 1
+        )
+    else:
+        series["train/rewards/length/mean"] = np.clip(0.6 + 0.05 * rng.standard_normal(STEPS), 0, 1)
+    series["train/rewards/length/std"] = np.full(STEPS, 0.2) * (1 + 0.1 * rng.standard_normal(STEPS))
+    return series
+
+
+def write_trainer_state(directory: Path, history: Sequence[Mapping[str, Any]]) -> Path:
+    """``<directory>/checkpoint-N/trainer_state.json`` with TRL's key names in ``log_history``."""
+    last = max(int(entry["step"]) for entry in history)
+    path = directory / f"checkpoint-{last}" / "trainer_state.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"global_step": last, "log_history": list(history)}))
+    return directory
+
+
+def trl_final_summary(step: int, wall: float) -> list[bytes]:
+    """What transformers' end-of-training log writes at the last step: bookkeeping, with ``epoch`` logged again."""
+    tags = {
+        "train/train_runtime": 12.5,
+        "train/train_samples_per_second": 40.0,
+        "train/train_steps_per_second": 1.6,
+        "train/total_flos": 0.0,
+        "train/train_loss": 0.01,
+        "train/epoch": 3.0,
+    }
+    return [scalar_event(tag, value, step, wall) for tag, value in tags.items()]
 
 
 def verl_run(directory: Path, *, advantage_max: float = 2.2, jump_at: int | None = None) -> Path:
@@ -91,14 +143,18 @@ def verl_run(directory: Path, *, advantage_max: float = 2.2, jump_at: int | None
 
 
 SCALAR_CASES: dict[str, tuple[Callable[[Path], Path], Callable[[Path], Path]]] = {
+    "CD104": (
+        lambda d: write_events(d / "pos", truncation_series()),
+        lambda d: write_events(d / "neg", truncation_series(tracked=False)),
+    ),
     "CD501": (
-        lambda d: trl_run(d / "pos", train__reward_std=after(100, 0.6, 0.01)),
+        lambda d: trl_run(d / "pos", train__reward_std=after(100, 0.6, 0.01), train__reward=flat(0.5)),
         lambda d: trl_run(d / "neg"),
     ),
     "CD502": (lambda d: trl_run(d / "pos", train__kl=oscillating_kl), lambda d: trl_run(d / "neg")),
     "CD503": (
-        lambda d: trl_run(d / "pos", train__entropy=after(90, 0.8, 0.05)),
-        lambda d: trl_run(d / "neg"),
+        lambda d: trl_run(d / "pos", train__entropy=after(90, 0.8, 0.05), train__reward=flat(0.5)),
+        lambda d: trl_run(d / "neg", train__entropy=after(90, 0.8, 0.05)),  # reward rises: convergence
     ),
     "CD504": (
         lambda d: trl_run(d / "pos", train__frac_reward_zero_std=after(100, 0.1, 0.85, noise=0.02)),
@@ -148,3 +204,14 @@ def write_raw(path: Path, payloads: list[bytes]) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(b"".join(record(p) for p in payloads))
     return path
+
+
+def collapsed_series(seed: int = 0) -> dict[str, np.ndarray]:
+    """A TRL log that collapses from step 90: entropy falls to 0.05 while the reward stays flat at 0.5 and
+    95% of the groups stop varying (TRL's frac_reward_zero_std), so it is not convergence."""
+    return trl_series(
+        seed,
+        train__entropy=after(90, 0.8, 0.05),
+        train__reward=flat(0.5),
+        train__frac_reward_zero_std=after(90, 0.1, 0.95, noise=0.01),
+    )

@@ -3,8 +3,10 @@
 Three layouts: ``dense`` (consecutive groups of one size without NaN: the dense path), the same chunk forced
 through the general path, and ``messy`` (ragged groups, groups of one, rows shuffled across the chunk, NaN
 rewards, rows with no reward at all). Rewards mix a binary channel, a continuous one and one on a grid of
-0.25 (so totals tie exactly), with constant groups, groups where one channel is constant, groups whose totals
-tie, and outlier-dominated groups.
+0.25 (so totals tie exactly), with constant groups (one at every channel's step maximum, one at every
+channel's step minimum), groups where one channel is constant, groups whose totals tie, heavy-tailed outlier
+groups (an extreme value on a channel that varies), lone outliers (one success on a channel constant on
+the rest of the group) and (messy) rows that tie under GDPO but not under GRPO.
 """
 
 from __future__ import annotations
@@ -126,8 +128,21 @@ def _rewards(rng: np.random.Generator, sizes: list[int], channels: int, *, messy
                 data[rows, 2] = grid[rows]
         elif k % 6 == 5 and size >= 4:
             # an outlier, far from the rest of its group or near OUTLIER_GAP stds of it
-            data[start + k % size, min(1, channels - 1)] += (40.0, 20.0, 14.0, 10.0)[k // 6 % 4]
+            bump = (40.0, 20.0, 14.0, 10.0)[k // 6 % 4] * (4.0 if messy else 1.0)  # messy: a wide third channel
+            data[start + k % size, min(1, channels - 1)] += bump
+        elif k % 7 == 6 and size >= 4:
+            # a lone outlier: one large success on the binary channel, which is 0 on the rest of the group
+            data[rows, 0] = 0.0
+            data[start + k % size, 0] = 20.0
     return data
+
+
+def _saturate(data: np.ndarray, group: np.ndarray, step: np.ndarray) -> None:
+    """Group 1 constant at every channel's maximum over its step, group 2 at every channel's minimum."""
+    for k, extreme in ((1, np.nanmax), (2, np.nanmin)):
+        rows = group == k
+        in_step = step == step[rows][0]
+        data[rows] = extreme(data[in_step], axis=0)
 
 
 def _chunk(data: np.ndarray, group: np.ndarray, step: np.ndarray, *, logged: bool, seed: int) -> ChunkInput:
@@ -157,6 +172,7 @@ def dense_case(
     data = _rewards(rng, [group_size] * num_groups, channels, messy=False)
     group = np.repeat(np.arange(num_groups), group_size)
     step = np.repeat(np.arange(len(groups_per_step)), np.array(groups_per_step) * group_size)
+    _saturate(data, group, step)
     chunk = _chunk(data, group, step, logged=logged, seed=seed)
     assert dense_group_size(chunk) == group_size
     return Case(chunk, allow_dense)
@@ -169,6 +185,7 @@ def messy_case(*, seed: int = 0, channels: int = 3, steps: int = 4, logged: bool
     for k in [3, *range(4, num_groups, 5)]:
         sizes[k] = 8  # the group with a constant channel, and exact grid sums in the tie groups
     sizes[7] = 2
+    sizes[1] = sizes[2] = 4  # the groups at the step's maxima and minima
     data = _rewards(rng, sizes, channels, messy=True)
     group = np.repeat(np.arange(num_groups), sizes)
     step = np.repeat(np.arange(num_groups) * steps // num_groups, sizes)
@@ -176,6 +193,14 @@ def messy_case(*, seed: int = 0, channels: int = 3, steps: int = 4, logged: bool
     data[plain & (rng.random(len(data)) < 0.08), 0] = np.nan
     data[plain & (rng.random(len(data)) < 0.04)] = np.nan  # rows without any reward
     data[group == 7] = np.nan  # a group without any reward
+    # GDPO ties that GRPO ranks: in group 3 channel 0 is 1 where present, so its z-scores are 0 on every row;
+    # a row without it and one with it that agree on the other channels get the same fused sum, not the same total.
+    if channels > 1:
+        rows3 = np.flatnonzero(group == 3)
+        data[rows3, 0] = 1.0
+        data[rows3[:2], 0] = np.nan
+        data[rows3[2:4], 1] = data[rows3[:2], 1]
+    _saturate(data, group, step)
     order = rng.permutation(len(data))
     chunk = _chunk(data[order], group[order], step[order], logged=logged, seed=seed)
     assert dense_group_size(chunk) is None

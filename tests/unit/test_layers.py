@@ -28,7 +28,7 @@ VALUES = {
     "result",
 }
 """Frozen values and pure helpers every layer shares; they import only each other."""
-ENGINE = {"advantages", "stats", "batching", "workers", "memory", "reduce", "algorithm", "summary"}
+ENGINE = {"advantages", "stats", "batching", "workers", "memory", "reduce", "algorithm", "summary", "budget", "weights"}
 """Recomputation and reduction: rollouts to per-step series, and the run's summary."""
 LAYERS: dict[str, int] = {
     **dict.fromkeys(VALUES, 0),

@@ -20,7 +20,11 @@ Builder = Callable[[Path], Path]
 # code -> (positive run, negative run). Every registered detector must appear here.
 CASES: dict[str, tuple[Builder, Builder]] = {
     "CD101": (
-        lambda d: runs.simulated(d / "sat.parquet", "saturating-format"),
+        lambda d: runs.lost_channel_run(d / "lost.parquet"),
+        lambda d: runs.simulated(d / "healthy.parquet", "healthy"),
+    ),
+    "CD103": (
+        lambda d: runs.sparse_run(d / "sparse.parquet"),
         lambda d: runs.simulated(d / "healthy.parquet", "healthy"),
     ),
     "CD102": (
@@ -53,6 +57,8 @@ CASES: dict[str, tuple[Builder, Builder]] = {
     ),
 }
 CASES.update(SCALAR_CASES)  # CD5xx: scalar logs written with SummaryWriter
+INFORMATION = {"CD103"}
+"""Detectors whose positive case is information by design (they report a fact, not a harm)."""
 
 
 def codes_at_or_above(path: Path, level: Severity = Severity.WARNING) -> set[str]:
@@ -63,7 +69,7 @@ def codes_at_or_above(path: Path, level: Severity = Severity.WARNING) -> set[str
 @pytest.mark.parametrize("code", sorted(CASES))
 def test_detector_fires_on_its_scenario(code: str, tmp_path: Path) -> None:
     positive, _ = CASES[code]
-    assert code in codes_at_or_above(positive(tmp_path))
+    assert code in codes_at_or_above(positive(tmp_path), Severity.INFO if code in INFORMATION else Severity.WARNING)
 
 
 @pytest.mark.parametrize("code", sorted(CASES))
@@ -116,6 +122,8 @@ def test_registry_refuses_bad_detectors() -> None:
 
 
 def test_saturation_onset_is_close_to_the_truth(tmp_path: Path) -> None:
+    """`format` saturates at its ceiling at the onset step: CD101 reports it there, as information (a channel
+    constant within its groups changes no advantage), and GDPO would not change that."""
     for seed, onset in [(0, 80), (1, 120), (2, 50)]:
         path = tmp_path / f"sat{seed}.parquet"
         from collapse_doctor.simulate import write_simulation
@@ -124,9 +132,9 @@ def test_saturation_onset_is_close_to_the_truth(tmp_path: Path) -> None:
         diagnosis = diagnose([path], ScanOptions.of(device="cpu"))
         found = [f for f in diagnosis.findings if f.code == "CD101"]
         assert [f.channels for f in found] == [("format",)]
-        assert found[0].severity == Severity.CRITICAL
+        assert found[0].severity == Severity.INFO and found[0].evidence["state"] == "ceiling"
         assert abs(found[0].onset_step - onset) <= 0.05 * 200, (seed, found[0].onset_step, onset)
-        assert found[0].gdpo_resolves is True
+        assert found[0].gdpo_resolves is False
 
 
 @pytest.mark.parametrize("scenario", ["healthy", "single-reward"])
@@ -180,5 +188,7 @@ def test_algorithm_is_detected_from_logged_advantages(tmp_path: Path) -> None:
 def test_cd202_is_skipped_without_logged_advantages(tmp_path: Path) -> None:
     path = runs.binary_run(tmp_path / "b.parquet", pass_rates={"correct": 0.5}, steps=30)
     diagnosis = diagnose([path], ScanOptions.of(device="cpu"))
-    rollout_codes = {code: reason for code, reason in diagnosis.skipped.items() if not code.startswith("CD5")}
+    rollout_codes = {
+        code: reason for code, reason in diagnosis.skipped.items() if "scalars" not in REGISTRY[code].requires
+    }
     assert rollout_codes == {"CD202": "needs a logged 'advantage' column"}

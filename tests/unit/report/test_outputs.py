@@ -17,7 +17,7 @@ from collapse_doctor.report.ci import github_annotations, junit_xml, markdown_su
 from collapse_doctor.report.collect import ReportCollector, ReportExtras
 from collapse_doctor.report.outputs import OutputRequest, runs_dict, write_outputs
 from collapse_doctor.simulate import write_simulation
-from tests.helpers.scalar_runs import after, trl_series, write_events
+from tests.helpers.scalar_runs import collapsed_series, trl_series, write_events
 
 ROOT = Path(__file__).resolve().parents[3]
 SCHEMA = json.loads((ROOT / "docs" / "scan-output.schema.json").read_text())
@@ -27,7 +27,7 @@ SCHEMA = json.loads((ROOT / "docs" / "scan-output.schema.json").read_text())
 def one(tmp_path_factory: pytest.TempPathFactory) -> list[ScanResult]:
     """One rollout run (at risk: its finding fails the default gate), scanned with the report's collector."""
     path = tmp_path_factory.mktemp("one") / "run.parquet"
-    write_simulation(path, "saturating-format", steps=60, groups=8, group_size=8)
+    write_simulation(path, "tied-sums", steps=60, groups=8, group_size=8)
     plan = plan_scan([path], ScanOptions.of(device="cpu"))
     results = run_scan(plan, ScanHooks(collector=ReportCollector))
     assert len(results) == 1
@@ -39,7 +39,7 @@ def two(tmp_path_factory: pytest.TempPathFactory) -> list[ScanResult]:
     """A log directory with two runs: ``bad`` (collapsed) and ``good`` (healthy)."""
     logs = tmp_path_factory.mktemp("two") / "logs"
     write_events(logs / "good", trl_series())
-    write_events(logs / "bad", trl_series(train__entropy=after(90, 0.8, 0.05)))
+    write_events(logs / "bad", collapsed_series())
     results = run_scan(plan_scan([logs], ScanOptions.of(device="cpu")))
     assert [r.diagnosis.run.name for r in results] == ["bad", "good"]
     return results
@@ -62,7 +62,8 @@ def test_text_two_runs_one_after_another(two: list[ScanResult]) -> None:
     code, text = _write(two, OutputRequest(color=False))
     assert code == 1  # the worst of the runs
     first, second = text.split("\n\nHEALTHY")
-    assert first.startswith("COLLAPSED  run bad:") and second.startswith("  run good:")
+    assert first.startswith("COLLAPSED  no rollouts") and first.split("\n")[1].startswith("run bad:")
+    assert second.split("\n")[1].startswith("run good:")
 
 
 def test_json_one_run_and_two(one: list[ScanResult], two: list[ScanResult]) -> None:

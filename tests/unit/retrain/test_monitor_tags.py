@@ -73,8 +73,9 @@ def test_text_and_markdown_name_the_directory(tmp_path: Path) -> None:
         pq.write_table(table.slice(i * 2 * 16 * 8, 2 * 16 * 8), tmp_path / "rollouts" / f"part-{i}.parquet")
     diagnosis = diagnose([tmp_path / "rollouts"], ScanOptions.of(device="cpu"))
     assert diagnosis.run.steps == 10
-    first = _text(diagnosis).splitlines()[0]
-    assert first.endswith(f"{tmp_path}/rollouts/ (5 files)"), first
+    first, where = _text(diagnosis).splitlines()[:2]
+    assert first.startswith("HEALTHY  ") and "of rollouts gave no gradient" in first
+    assert where.endswith(f"{tmp_path}/rollouts/ (5 files)"), where
     assert f"`{tmp_path}/rollouts/ (5 files)`" in markdown_summary(diagnosis)
 
 

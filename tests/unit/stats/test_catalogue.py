@@ -18,7 +18,8 @@ def expected_names(channels: int, logged: bool) -> list[str]:
     return [
         name
         for name, spec in SERIES.items()
-        if (channels >= 2 or spec.shape != "pair") and (logged or name not in stats.logged.NAMES)
+        if (channels >= 2 or spec.shape != "pair")
+        and (logged or all(name not in f.NAMES for f in stats.LOGGED_FAMILIES))
     ]
 
 

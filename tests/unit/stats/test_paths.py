@@ -8,6 +8,29 @@ import torch
 
 from collapse_doctor.advantages import compute_advantages
 from collapse_doctor.stats import ChunkInput, dense_group_size, step_statistics
+from tests.helpers.stats_cases import make_case
+
+EXACT = (
+    "valid_rows",
+    "eligible_groups",
+    "channel_rows",
+    "channel_groups",
+    "channel_at_max_groups",
+    "channel_at_min_groups",
+    "reward_max",
+    "reward_min",
+    *(f"{key}_{a}" for a in ("grpo", "gdpo") for key in ("silent_groups", "zero_adv_rows", "all_pass_groups")),
+    "all_fail_groups_grpo",
+    "all_fail_groups_gdpo",
+    "outlier_group_share",
+    "outlier_lone_share",
+    "differing_pairs",
+    "tied_pair_share",
+    "tied_pair_share_gdpo",
+    "corr_rows",
+    "corr_groups",
+)
+"""Counts (and shares of counts) that both paths must give bit for bit."""
 
 
 def _chunk(rewards: np.ndarray, group_size: int, groups_per_step: list[int], logged: bool = False) -> ChunkInput:
@@ -40,8 +63,22 @@ def test_dense_path_matches_general_path(group_size: int, channels: int) -> None
     dense = step_statistics(chunk)
     general = step_statistics(chunk, allow_dense=False)
     assert list(dense) == list(general)
+    for key in EXACT:
+        if key in general:
+            np.testing.assert_array_equal(dense[key].numpy(), general[key].numpy(), err_msg=key)
     for key in general:
         np.testing.assert_allclose(dense[key].numpy(), general[key].numpy(), rtol=2e-5, atol=1e-6, err_msg=key)
+
+
+def test_dense_path_matches_general_path_on_the_cases() -> None:
+    # The statistics cases: lone and heavy outliers, groups at the step's extremes, a logged advantage with NaN.
+    dense, general = make_case("dense", logged=True), make_case("dense-as-general", logged=True)
+    assert list(dense.stats) == list(general.stats)
+    for key in EXACT:
+        np.testing.assert_array_equal(dense.stats[key], general.stats[key], err_msg=key)
+    for key, value in general.stats.items():
+        scale = np.nanmax(np.abs(value)) if key.startswith("wfit_") else 1.0
+        np.testing.assert_allclose(dense.stats[key], value, rtol=2e-5, atol=1e-6 * scale, err_msg=key)
 
 
 def test_dense_path_is_not_used_for_other_layouts() -> None:
