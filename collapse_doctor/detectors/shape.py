@@ -10,7 +10,7 @@ import numpy as np
 from collapse_doctor.budget import channel_extreme_shares
 from collapse_doctor.detectors.base import DetectionContext, Detector, Finding, Severity, register
 from collapse_doctor.detectors.remedies import gdpo_counterfactual, join_remedies, nanmedian, switch_remedy
-from collapse_doctor.series import RECOMPUTATIONS
+from collapse_doctor.series import RECOMPUTATIONS, RunSeries
 
 BIMODALITY_CUTOFF = 5 / 9
 """Sarle's bimodality coefficient of a uniform distribution; above it suggests two modes."""
@@ -99,6 +99,7 @@ class AdvantageShape(Detector):
                         f"in {level:.0%} of groups one completion's reward lies far outside the rest of its "
                         f"group; {rest}."
                     ),
+                    channels=_heavy_tailed_channels(series, window),
                     evidence={
                         "outlier_group_share": level,
                         "rest_advantage_std_grpo": rest_grpo,
@@ -218,6 +219,20 @@ class AdvantageShape(Detector):
                 gdpo_resolves=gdpo_counterfactual(ctx, resolves),
             )
         ]
+
+
+def _heavy_tailed_channels(series: RunSeries, window: slice) -> tuple[str, ...]:
+    """Channels whose step range spans far more of their within-group std than the others' (the extreme values).
+
+    A bounded or normal channel's range is a few stds (about 4 for 128 draws of a uniform or normal); one with rare
+    extreme values spans several times that. Named when its median range/std is above twice the channels' median
+    and above 8.
+    """
+    with np.errstate(invalid="ignore", divide="ignore"):
+        spread = (series["reward_max"][window] - series["reward_min"][window]) / series["reward_std"][window]
+    ratio = np.array([nanmedian(spread[:, k]) for k in range(len(series.channels))])
+    typical = nanmedian(ratio)
+    return tuple(c for k, c in enumerate(series.channels) if ratio[k] > max(8.0, 2 * typical))
 
 
 @register

@@ -98,18 +98,26 @@ def dense(c: DenseChunk) -> dict[str, Tensor]:
     aa = dot(a, a)
     keep = (aa > 0).double()
     inverse = keep / aa.clamp_min(1e-300)
-    # GRPO: each group's deviations off its logged advantages, R = D - A (A^T D) / |A|^2, and M = R^T R
-    residuals = [d - a * (dot(d, a) * inverse).float() for d in deviations]
-    grpo = [c.steps_sum(dot(residuals[i], residuals[j]) * keep) for i, j in entries]
-    grpo_norm = c.steps_sum(sum((dot(d, d) for d in deviations), torch.zeros_like(aa)) * keep)
+    # GRPO: each group's deviations off its logged advantages, R = D - A (A^T D) / |A|^2, and M = R^T R;
+    # |D_k|^2 = |R_k|^2 + (A^T D_k)^2 / |A|^2 gives the norm.
+    along = [dot(d, a) for d in deviations]
+    residuals = [torch.addcmul(d, a, (u * inverse).float(), value=-1.0) for d, u in zip(deviations, along, strict=True)]
+    gram = [dot(residuals[i], residuals[j]) for i, j in entries]
+    grpo = [c.steps_sum(x * keep) for x in gram]
+    squares = [gram[k] for k, (i, j) in enumerate(entries) if i == j]
+    grpo_norm = c.steps_sum(sum((r + u * u * inverse for r, u in zip(squares, along, strict=True)), aa * 0) * keep)
     # GDPO: the same over the step
     aa_s = c.steps_sum(aa)
     keep_s = (aa_s > 0).double()
     inverse_s = keep_s / aa_s.clamp_min(1e-300)
-    coefficients = [(c.steps_sum(dot(z, a)) * inverse_s)[c.group_step].float() for z in zscores]
-    residuals = [z - a * k for z, k in zip(zscores, coefficients, strict=True)]
+    along_s = [c.steps_sum(dot(z, a)) for z in zscores]
+    residuals = [
+        torch.addcmul(z, a, (u * inverse_s)[c.group_step].float(), value=-1.0)
+        for z, u in zip(zscores, along_s, strict=True)
+    ]
     gdpo = [c.steps_sum(dot(residuals[i], residuals[j])) * keep_s for i, j in entries]
-    gdpo_norm = c.steps_sum(sum((dot(z, z) for z in zscores), torch.zeros_like(aa))) * keep_s
+    squares = [gdpo[k] for k, (i, j) in enumerate(entries) if i == j]
+    gdpo_norm = sum((r + u * u * inverse_s for r, u in zip(squares, along_s, strict=True)), aa_s * 0) * keep_s
     return _pack(entries, grpo, grpo_norm, gdpo, gdpo_norm)
 
 
