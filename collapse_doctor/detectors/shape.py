@@ -12,9 +12,6 @@ from collapse_doctor.detectors.base import DetectionContext, Detector, Finding, 
 from collapse_doctor.detectors.remedies import gdpo_counterfactual, join_remedies, nanmedian, switch_remedy
 from collapse_doctor.series import RECOMPUTATIONS, RunSeries
 
-BIMODALITY_CUTOFF = 5 / 9
-"""Sarle's bimodality coefficient of a uniform distribution; above it suggests two modes."""
-
 
 @register
 class AdvantageShape(Detector):

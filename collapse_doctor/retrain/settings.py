@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 import math
 import sys
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -176,8 +176,3 @@ def resolve_algorithm(algo: str | None, settings: RetrainSettings) -> str:
             hint="drop one of them",
         )
     return algo or from_config or "gdpo"
-
-
-def with_overrides(settings: RetrainSettings, **overrides: Any) -> RetrainSettings:
-    """Settings with command-line values (those not ``None``) on top."""
-    return replace(settings, **{k: v for k, v in overrides.items() if v is not None})
