@@ -17,6 +17,7 @@ import functools
 import inspect
 import math
 import os
+import signal
 import sys
 import time
 import typing
@@ -309,13 +310,18 @@ def advantages(
             device=options.device,
             **options.read.reader_kwargs(),
         )
+    from collapse_doctor.io.atomic import is_stdout
+    from collapse_doctor.text_safety import printable
+
     for warning in summary.warnings:
-        _err(f"warning: {warning}")
-    channels = ", ".join(f"{c} (w={summary.weights[c]:g})" for c in summary.channels)
+        _err(f"warning: {printable(warning)}")
+    channels = ", ".join(f"{printable(c)} (w={summary.weights[c]:g})" for c in summary.channels)
+    # With `-o -` the Parquet file is on stdout: the summary goes to stderr.
     typer.echo(
-        f"wrote {summary.output}: {summary.rows:,} rows, {summary.steps:,} steps; channels {channels}; "
-        f"convention {summary.convention}, scale {summary.scale} ({summary.scale_source}), device {summary.device}, "
-        f"{summary.seconds:.1f} s"
+        f"wrote {printable(summary.output)}: {summary.rows:,} rows, {summary.steps:,} steps; channels {channels}; "
+        f"convention {summary.convention}, scale {summary.scale} ({printable(summary.scale_source)}), "
+        f"device {summary.device}, {summary.seconds:.1f} s",
+        err=is_stdout(output),
     )
 
 
@@ -371,17 +377,21 @@ def report(
     --fail-on, 1 findings at or above it, 2 bad input or usage.
     """
     from collapse_doctor.findings import VERDICTS
+    from collapse_doctor.io.atomic import is_stdout
     from collapse_doctor.report.outputs import OutputRequest
+    from collapse_doctor.text_safety import printable
 
     code, results = _scan(paths, options, OutputRequest(html=html_out), stdout=None)
-    size = html_out.stat().st_size
+    to_stdout = is_stdout(html_out)  # the report is on stdout: the summary goes to stderr
+    size = "" if to_stdout else f" ({html_out.stat().st_size / 1e6:.1f} MB)"
     for result in results:  # one: the dispatcher refuses --html with several runs
         diagnosis = result.diagnosis
         for warning in diagnosis.run.warnings:
-            _err(f"warning: {warning}")
+            _err(f"warning: {printable(warning)}")
         typer.echo(
-            f"wrote {html_out} ({size / 1e6:.1f} MB): {VERDICTS[diagnosis.verdict]}, "
-            f"{len(diagnosis.findings)} finding(s), {diagnosis.run.steps:,} steps"
+            f"wrote {printable(html_out)}{size}: {VERDICTS[diagnosis.verdict]}, "
+            f"{len(diagnosis.findings)} finding(s), {diagnosis.run.steps:,} steps",
+            err=to_stdout,
         )
     raise typer.Exit(code)
 
@@ -497,10 +507,13 @@ def simulate(
         truth = summary.ground_truth
         onset = truth.get("onset_step")
         affected = ", ".join(truth.get("affected_channels") or []) or "none"
+        from collapse_doctor.io.atomic import is_stdout
+
         typer.echo(
             f"wrote {summary.path}: scenario {scenario}, {summary.rows:,} rows, {summary.steps} steps, "
             f"channels {', '.join(summary.channels)}; ground truth: onset step {onset}, affected {affected}; "
-            f"{time.perf_counter() - started:.1f} s"
+            f"{time.perf_counter() - started:.1f} s",
+            err=is_stdout(output),  # with `-o -` the Parquet file is on stdout
         )
 
 
@@ -615,14 +628,45 @@ def _is_a(exc: BaseException, name: str) -> bool:
     return any(cls.__name__ == name for cls in type(exc).__mro__)
 
 
+EXIT_TERMINATED = 128 + signal.SIGTERM
+"""The exit code after SIGTERM (143), as a shell reports a process the signal ended."""
+
+
+class Terminated(SystemExit):
+    """Raised in the main thread on SIGTERM: unwinds like Ctrl-C, so every output's temp file is removed."""
+
+
+def _terminate(signum: int, frame: object) -> None:
+    raise Terminated(EXIT_TERMINATED)
+
+
+@contextmanager
+def _sigterm_unwinds() -> Iterator[None]:
+    """While the app runs, SIGTERM raises :class:`Terminated` (the previous handler is restored after)."""
+    try:
+        previous = signal.signal(signal.SIGTERM, _terminate)
+    except ValueError:  # not the main thread: leave signals alone
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Run the app and exit with its code; usage errors become one line, like every other error.
 
     Click's own report of a usage error is a usage line, a hint line and the error; here it is
-    ``error: <what>. Hint: see `collapse-doctor COMMAND --help``` and exit code 2.
+    ``error: <what>. Hint: see `collapse-doctor COMMAND --help``` and exit code 2. SIGTERM unwinds like
+    Ctrl-C (temp files removed) and exits 143.
     """
     try:
-        code = app(args=argv, prog_name="collapse-doctor", standalone_mode=False)
+        with _sigterm_unwinds():
+            code = app(args=argv, prog_name="collapse-doctor", standalone_mode=False)
+    except Terminated:
+        _err("terminated (SIGTERM)")
+        sys.exit(EXIT_TERMINATED)
     except BrokenPipeError:
         # The reader went away (`collapse-doctor explain | head`): stop quietly, like other CLI tools.
         devnull = os.open(os.devnull, os.O_WRONLY)

@@ -11,6 +11,7 @@ from xml.etree import ElementTree as ET
 from collapse_doctor.findings import VERDICTS, Finding, Severity
 from collapse_doctor.numbers import pct, share_pct
 from collapse_doctor.result import Diagnosis, signal_sentence
+from collapse_doctor.text_safety import printable
 
 
 def describe_sources(sources: Sequence[str], shown: int = 3) -> str:
@@ -144,10 +145,11 @@ def github_annotations(diagnosis: Diagnosis) -> str:
 
 
 def _md(text: str) -> str:
-    """Escape text for a Markdown table cell or paragraph (HTML-escaped, pipes escaped)."""
+    """Escape text for a Markdown table cell or paragraph (control characters shown escaped, HTML-escaped, pipes
+    escaped)."""
     import html
 
-    return html.escape(text, quote=False).replace("|", "\\|").replace("\n", " ")
+    return html.escape(printable(text), quote=False).replace("|", "\\|")
 
 
 def _fmt(value: float | None) -> str:
@@ -164,7 +166,7 @@ def markdown_summary(diagnosis: Diagnosis) -> str:
     if run.rollouts == 0 and run.scalar_points:
         out += [
             f"`{_md(describe_sources(run.sources))}`: {run.steps:,} steps in the scalar log "
-            f"({run.scalar_points:,} points, {run.scalar_framework or 'unrecognised tags'}), no rollouts; "
+            f"({run.scalar_points:,} points, {_md(run.scalar_framework or 'unrecognised tags')}), no rollouts; "
             f"fail-on `{diagnosis.config.fail_on}`.",
             "",
             "| channel | weight | reward std peak -> now | mean reward |",

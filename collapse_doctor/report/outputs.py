@@ -86,19 +86,21 @@ class OutputRequest:
         ...     print(exc.one_line())
         run.parquet: refusing to overwrite an input file. Hint: choose another path for --json
         """
-        from collapse_doctor.io.atomic import check_not_an_input
+        from collapse_doctor.io.atomic import check_not_an_input, check_writable
 
         _refuse_one_run_outputs(self, runs)
+        _refuse_shared_paths(self)
         for option, path in self.files().items():
             try:
                 check_not_an_input(path, inputs)
             except OutputError as exc:
                 raise OutputError(exc.message, hint=f"choose another path for {option}") from None
-            directory = path.parent if str(path.parent) else Path(".")
-            if not directory.is_dir():
-                raise OutputError(f"{path}: directory {str(directory)!r} does not exist", hint="create it first")
-            if path.is_dir():
-                raise OutputError(f"{path}: is a directory", hint=f"pass a file path with {option}")
+            try:
+                check_writable(path)
+            except OutputError as exc:
+                if exc.message.endswith("is a directory"):
+                    raise OutputError(exc.message, hint=f"pass a file path with {option}") from None
+                raise
 
     def collector(self) -> Callable[[RunInputs, ReadOptions], RunCollector] | None:
         """The per-run collector the outputs need (the HTML report's), for ``ScanHooks(collector=...)``."""
@@ -107,6 +109,20 @@ class OutputRequest:
         from collapse_doctor.report.collect import ReportCollector
 
         return ReportCollector
+
+
+def _refuse_shared_paths(request: OutputRequest) -> None:
+    """Two outputs on one path (after resolving symlinks; ``-`` twice is standard output twice) are refused."""
+    import os
+
+    from collapse_doctor.io.atomic import is_stdout
+
+    seen: dict[str, str] = {}
+    for option, path in request.files().items():
+        key = "-" if is_stdout(path) else os.path.realpath(path)
+        if key in seen:
+            raise UsageError(f"{seen[key]} and {option} both write to {path}", hint="give each output its own path")
+        seen[key] = option
 
 
 def _refuse_one_run_outputs(request: OutputRequest, runs: Sequence[str]) -> None:
@@ -163,6 +179,7 @@ def write_outputs(results: Sequence[ScanResult], request: OutputRequest, *, stdo
         raise ValueError("write_outputs needs the result of at least one run")
     diagnoses = [r.diagnosis for r in results]
     _refuse_one_run_outputs(request, [d.run.name or "?" for d in diagnoses])
+    _refuse_shared_paths(request)
     inputs = _inputs(results)
     if request.json is not None:
         _write_text(request.json, json_text(diagnoses) + "\n", inputs)

@@ -16,6 +16,7 @@ from collapse_doctor.findings import VERDICTS, Finding, Severity, severity_count
 from collapse_doctor.numbers import pct, share_pct
 from collapse_doctor.report.ci import describe_sources
 from collapse_doctor.result import Diagnosis, signal_sentence
+from collapse_doctor.text_safety import printable
 
 _VERDICT_STYLE = {"healthy": "bold green", "at_risk": "bold yellow", "collapsed": "bold red"}
 _SEVERITY_STYLE = {
@@ -47,7 +48,7 @@ def _evidence(finding: Finding) -> str:
             parts.append(f"{key}=[{', '.join(map(str, value))}]")
         else:
             parts.append(f"{key}={value}")
-    return ", ".join(parts)
+    return printable(", ".join(parts))
 
 
 def _indented(console: Console, text: str, style: str = "") -> Text:
@@ -85,8 +86,8 @@ def render_text(diagnosis: Diagnosis, file: IO[str] | None = None, *, color: boo
     console.print(head)
     where = Text()
     if run.name is not None:
-        where.append(f"run {run.name}: ")
-    where.append(describe_sources(run.sources))
+        where.append(f"run {printable(run.name)}: ")
+    where.append(printable(describe_sources(run.sources)))
     console.print(where)
     console.print(
         f"{summary}; fail-on {diagnosis.config.fail_on}: "
@@ -108,17 +109,17 @@ def render_text(diagnosis: Diagnosis, file: IO[str] | None = None, *, color: boo
     else:
         console.print(f"  steps {run.steps:,} ({run.first_step}-{run.last_step}) in the scalar log; no rollouts")
     if run.scalar_points:
-        framework = run.scalar_framework or "unrecognised tags"
+        framework = printable(run.scalar_framework or "unrecognised tags")
         console.print(f"  scalar log {run.scalar_points:,} points ({framework})")
-    channels = ", ".join(f"{c} (w={run.weights[c]:g})" for c in run.channels)
+    channels = ", ".join(f"{printable(c)} (w={run.weights[c]:g})" for c in run.channels)
     console.print(f"  channels {channels}")
-    algorithm = f"{run.algorithm.upper()} ({run.algorithm_source})"
+    algorithm = printable(f"{run.algorithm.upper()} ({run.algorithm_source})")
     if run.rollouts or not run.scalar_points:
         console.print(f"  algorithm {algorithm}; advantages recomputed on {run.device}")
     else:
         console.print("  algorithm unknown: no rollouts, so no advantages were recomputed")
     for warning in run.warnings:
-        console.print(f"  warning: {warning}", style="yellow")
+        console.print(f"  warning: {printable(warning)}", style="yellow")
     console.print()
 
     if run.rollouts == 0 and run.scalar_points:
@@ -153,7 +154,7 @@ def _scalar_channels(console: Console, diagnosis: Diagnosis) -> None:
     for row in rows:
         peak_at = f" (step {row['reward_std_peak_step']})" if row["reward_std_peak_step"] is not None else ""
         cells = [
-            row["channel"],
+            printable(row["channel"]),
             f"{row['weight']:g}",
             f"{_num(row['reward_std_peak'])}{peak_at} -> {_num(row['reward_std_now'])}",
             _num(row["reward_mean"]),
@@ -185,7 +186,7 @@ def _rollout_channels(console: Console, diagnosis: Diagnosis) -> None:
     for row in diagnosis.channel_table():
         peak_at = f" (step {row['rel_gain_peak_step']})" if row["rel_gain_peak_step"] is not None else ""
         table.add_row(
-            row["channel"],
+            printable(row["channel"]),
             f"{row['weight']:g}",
             f"{_num(row['rel_gain_peak'])}{peak_at} -> {_num(row['rel_gain_now'])}",
             f"{share_pct(row['signal_share_grpo'])} / {share_pct(row['signal_share_gdpo'])}",
@@ -222,7 +223,7 @@ def _findings(console: Console, diagnosis: Diagnosis) -> None:
         line = Text("  ")
         line.append(f"{finding.severity.label.upper():8s}", style=_SEVERITY_STYLE[finding.severity])
         line.append(f" {finding.code}  ", style="bold")
-        line.append(finding.title)
+        line.append(printable(finding.title))
         where = []
         if finding.onset_step is not None:
             where.append(f"onset step {finding.onset_step}")
@@ -231,11 +232,11 @@ def _findings(console: Console, diagnosis: Diagnosis) -> None:
         if where:
             line.append(f"  [{', '.join(where)}]", style="dim")
         console.print(line)
-        console.print(_indented(console, finding.message))
+        console.print(_indented(console, printable(finding.message)))
         if finding.evidence:
             console.print(_indented(console, f"evidence: {_evidence(finding)}", style="dim"))
         if finding.remedy:
-            console.print(_indented(console, f"remedy: {finding.remedy}", style="green"))
+            console.print(_indented(console, f"remedy: {printable(finding.remedy)}", style="green"))
         if finding.gdpo_resolves is not None:
             answer = "yes" if finding.gdpo_resolves else "no"
             console.print(_indented(console, f"{diagnosis.run.counterfactual_algorithm} would resolve it: {answer}"))
@@ -248,4 +249,4 @@ def _findings(console: Console, diagnosis: Diagnosis) -> None:
     for code, reason in diagnosis.skipped.items():
         by_reason.setdefault(reason, []).append(code)
     for reason, codes in by_reason.items():
-        console.print(f"  skipped {', '.join(codes)}: {reason}", style="dim")
+        console.print(f"  skipped {', '.join(codes)}: {printable(reason)}", style="dim")

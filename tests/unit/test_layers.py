@@ -19,6 +19,7 @@ VALUES = {
     "errors",
     "findings",
     "numbers",
+    "text_safety",
     "smoothing",
     "options",
     "config",
