@@ -76,7 +76,7 @@ def _share(num: float, den: float) -> float:
 
 def signal_budget(series: RunSeries, algorithm: str, window: slice = _STEPS) -> SignalBudget | None:
     """The budget of ``window`` (steps of the series) under ``algorithm`` ("grpo" or "gdpo"); None without it."""
-    if f"silent_groups_{algorithm}" not in series or series.num_steps == 0:
+    if series.num_steps == 0:
         return None
     at_max = steps_at_extreme(series, "max")
     at_min = steps_at_extreme(series, "min")

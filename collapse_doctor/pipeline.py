@@ -178,14 +178,17 @@ def detect(
         config=config,
         seconds=time.perf_counter() - started if started is not None else 0.0,
         scalars=scalars,
-        channels=_with_clipped(channel_table(summary, series, scalars, config), findings),
+        channels=_with_finding_states(channel_table(summary, series, scalars, config), findings),
     )
 
 
-def _with_clipped(rows: tuple[dict[str, Any], ...], findings: Sequence[Finding]) -> tuple[dict[str, Any], ...]:
-    """Channels that follow the length cap (CD104 names them) are "clipped": saturated for the wrong reason."""
-    clipped = {c for f in findings if f.code == "CD104" for c in f.channels}
-    return tuple(row | {"state": "clipped"} if row["channel"] in clipped and "state" in row else row for row in rows)
+def _with_finding_states(rows: tuple[dict[str, Any], ...], findings: Sequence[Finding]) -> tuple[dict[str, Any], ...]:
+    """Channel rows with the state a detector's finding gives the channels it names (``Detector.channel_state``:
+    CD104's channels follow the length cap, so they are "clipped", saturated for the wrong reason)."""
+    states = {c: state for f in findings if (state := REGISTRY[f.code].channel_state) for c in f.channels}
+    return tuple(
+        row | {"state": states[row["channel"]]} if row["channel"] in states and "state" in row else row for row in rows
+    )
 
 
 def scan_run(plan: ScanPlan, run: RunInputs, hooks: ScanHooks | None = None) -> ScanResult:

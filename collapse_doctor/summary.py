@@ -115,8 +115,6 @@ groups where it has two or more values, over the last 10% of steps; sparse when 
 
 
 def _states(series: RunSeries, tail: slice) -> list[dict[str, Any]]:
-    if "channel_groups" not in series:
-        return [{} for _ in series.channels]
     ceiling, floor, _ = channel_extreme_shares(series, tail)
     applies = applies_share(series)
     varies = 1.0 - series["channel_zero_var_share"]

@@ -124,6 +124,8 @@ class Detector:
     requires: ClassVar[tuple[str, ...]] = ("rollouts",)
     thresholds: ClassVar[Mapping[str, float | int]] = {}
     targets: ClassVar[str] = "run"
+    channel_state: ClassVar[str | None] = None
+    """The state the channel table gives the channels this detector's findings name (e.g. CD104: ``clipped``)."""
     """What one finding is about: the whole ``run``, one ``channel``, or a channel ``pair`` (JUnit has a test
     case per target)."""
 

@@ -84,7 +84,7 @@ class Collinearity(Detector):
         judged = 0
         for p, (a, b) in enumerate(series.pairs):
             rho = series["within_corr"][:, p]
-            rows = series["corr_rows"][:, p] if "corr_rows" in series else np.full(len(rho), np.inf)
+            rows = series["corr_rows"][:, p]
             # A per-step correlation from a handful of co-observed rows says nothing: judge only steps with
             # enough rows, and only pairs that have such steps for most of the run.
             supported = np.isfinite(rho) & (rows >= min_rows / max(ctx.persistence, 1))

@@ -111,8 +111,7 @@ class AdvantageShape(Detector):
                     gdpo_resolves=gdpo_counterfactual(ctx, resolves),
                 )
             )
-        if "outlier_lone_share" in series:
-            findings += self._lone(ctx)
+        findings += self._lone(ctx)
         bimodal = ctx.smooth(series[f"adv_bimodality_{alg}"])
         distinct = ctx.smooth(series[f"distinct_ratio_{alg}"])
         condition = (bimodal > ctx.threshold(self.code, "bimodality")) & (
@@ -181,20 +180,17 @@ class AdvantageShape(Detector):
         window = ctx.window(stretch)
         level = float(np.nanmean(series["outlier_lone_share"][window]))
         # The channels the lone successes or failures come from: constant in most groups, but not in all.
-        lone: tuple[str, ...] = ()
-        if "channel_groups" in series:
-            ceiling, floor, _ = channel_extreme_shares(series, window)
-            lone = tuple(c for k, c in enumerate(series.channels) if 0.5 <= max(ceiling[k], floor[k]) < 0.995)
+        ceiling, floor, _ = channel_extreme_shares(series, window)
+        lone = tuple(c for k, c in enumerate(series.channels) if 0.5 <= max(ceiling[k], floor[k]) < 0.995)
         others = len(series.channels) > len(lone)
         # Per-channel normalisation keeps the other channels at unit spread in those groups; with no other channel
         # GDPO's advantages are GRPO's up to the batch step.
         resolves = others and bool(lone)
-        squeeze = (
-            f" Under {ctx.algorithm.upper()} the other channels' differences in those groups are squeezed by it"
-            + ("; GDPO keeps them at full spread." if ctx.algorithm == "grpo" and resolves else ".")
-            if ctx.algorithm == "grpo" and others
-            else ""
-        )
+        squeeze = ""
+        if ctx.algorithm == "grpo" and others:
+            squeeze = " Under GRPO the other channels' differences in those groups are squeezed by it" + (
+                "; GDPO keeps them at full spread." if resolves else "."
+            )
         names = ", ".join(f"`{c}`" for c in lone) or "a channel"
         return [
             self.finding(
@@ -211,7 +207,7 @@ class AdvantageShape(Detector):
                 evidence={"lone_outlier_group_share": level},
                 remedy=join_remedies(
                     "nothing to fix; more generations per prompt find more such successes",
-                    switch_remedy(ctx, resolves) if ctx.algorithm == "grpo" and resolves else None,
+                    switch_remedy(ctx, resolves),
                 ),
                 gdpo_resolves=gdpo_counterfactual(ctx, resolves),
             )

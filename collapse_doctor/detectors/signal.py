@@ -26,7 +26,7 @@ NEVER_EARNED = (
 
 def channel_support(ctx: DetectionContext, k: int) -> float:
     """Median number of groups per step in which channel ``k`` has two or more values."""
-    return nanmedian(ctx.series["channel_groups"][:, k]) if "channel_groups" in ctx.series else float("inf")
+    return nanmedian(ctx.series["channel_groups"][:, k])
 
 
 @register
@@ -81,7 +81,7 @@ class RelGainDecay(Detector):
         series = ctx.series
         findings = []
         min_groups = ctx.threshold(self.code, "min_groups")
-        applies = applies_share(series) if "channel_rows" in series else np.ones(len(series.channels))
+        applies = applies_share(series)
         judged = 0
         for k in range(len(series.channels)):
             if channel_support(ctx, k) < min_groups or applies[k] < ctx.threshold(self.code, "min_applies"):
@@ -104,7 +104,7 @@ class RelGainDecay(Detector):
         limit = ctx.threshold(self.code, "constant_share")
         decayed = ctx.sustained(ratio < ctx.threshold(self.code, "warn_ratio"))
         flat = ctx.sustained(constant > limit)
-        rose = decayed is not None and self._ranked_before(ctx, smooth, peak, constant, decayed[0])
+        rose = decayed is not None and self._ranked_before(ctx, peak, constant, decayed[0])
         # The onset of a channel that ranked samples and stopped is where rel_gain fell (below warn_ratio of its
         # peak); one that never ranked them is reported from where it is constant in most groups.
         stretch = decayed if rose else (flat or decayed)
@@ -119,7 +119,7 @@ class RelGainDecay(Detector):
         before = np.where(np.isfinite(smooth[: start + 1]), smooth[: start + 1], -np.inf)
         peak_value = float(peak[start]) if np.isfinite(peak[start]) else float("nan")
         peak_at = int(series.steps[int(np.argmax(before))])
-        support = nanmedian(series["channel_groups"][window, k]) if "channel_groups" in series else float("nan")
+        support = nanmedian(series["channel_groups"][window, k])
         from_step = int(series.steps[start])
         evidence: dict[str, object] = {
             "ceiling_group_share": at_ceiling,
@@ -183,9 +183,7 @@ class RelGainDecay(Detector):
         )
 
     @staticmethod
-    def _ranked_before(
-        ctx: DetectionContext, smooth: np.ndarray, peak: np.ndarray, constant: np.ndarray, start: int
-    ) -> bool:
+    def _ranked_before(ctx: DetectionContext, peak: np.ndarray, constant: np.ndarray, start: int) -> bool:
         """Whether the channel ranked samples before ``start``: rel_gain had a positive peak earlier, and the channel
         varied within most groups for a sustained stretch (a lone early success is not "earned")."""
         if start <= 0 or not (np.isfinite(peak[start]) and peak[start] > 0):
@@ -227,7 +225,7 @@ class SparseChannel(Detector):
 
     def detect(self, ctx: DetectionContext) -> list[Finding]:
         series = ctx.series
-        if "channel_rows" not in series or series.num_steps == 0:
+        if series.num_steps == 0:
             return []
         applies = applies_share(series)
         findings = []
@@ -307,7 +305,7 @@ class ZeroVarianceGroups(Detector):
 
     def detect(self, ctx: DetectionContext) -> list[Finding]:
         series = ctx.series
-        if "zero_adv_rows_grpo" not in series or series.num_steps == 0:
+        if series.num_steps == 0:
             return []
         if float(np.nansum(series["eligible_groups"])) < ctx.threshold(self.code, "min_groups"):
             raise NotEnoughData(f"fewer than {ctx.threshold(self.code, 'min_groups'):g} groups of 2+ rollouts")

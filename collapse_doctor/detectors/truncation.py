@@ -92,6 +92,7 @@ class LengthCapTruncation(Detector):
     default_severity = Severity.WARNING
     requires: ClassVar[tuple[str, ...]] = ("scalars",)
     targets = "run"
+    channel_state = "clipped"
     thresholds: ClassVar[Mapping[str, float]] = {
         "warn_share": 0.5,
         "all_share": 0.98,

@@ -12,11 +12,12 @@ import torch
 from torch import Tensor
 
 from collapse_doctor.advantages import grpo_advantages
+from collapse_doctor.series import SERIES
 from collapse_doctor.stats.chunk import ChunkInput, DenseChunk, GeneralChunk
 from collapse_doctor.stats.kernels import ratio, segment_extreme, segment_sum
 
-CANDIDATES = ("grpo", "gdpo", "grpo_batch", "grpo_none")
-"""The recomputations of ``series.RECOMPUTATIONS``, in the catalogue's (JSON) order."""
+CANDIDATES = tuple(name.removeprefix("logged_mae_") for name in SERIES if name.startswith("logged_mae_"))
+"""The recomputations a logged advantage is compared with, in the catalogue's (JSON) order."""
 NAMES = (
     "logged_rows",
     "logged_abs_max",

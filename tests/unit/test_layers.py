@@ -162,10 +162,12 @@ def test_no_upward_or_forbidden_import() -> None:
     assert not bad, "imports against the layers:\n" + "\n".join(sorted(bad))
 
 
-def test_the_checker_sees_cycles_and_function_level_imports(tmp_path: Path) -> None:
+def test_the_checker_sees_cycles_and_function_level_imports() -> None:
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": set()}) == [["a", "b", "c"]]
-    tree = ast.parse("def f():\n    from collapse_doctor.io import parquet\n")
-    assert any(isinstance(n, ast.ImportFrom) for n in ast.walk(tree))
+    graph = import_graph()
+    # pipeline.scan_run imports advantages inside the function; relative and TYPE_CHECKING imports count too
+    assert "advantages" in graph["pipeline"]
+    assert "stats.chunk" in graph["stats.logged"]
 
 
 @pytest.mark.parametrize("value", sorted(VALUES))

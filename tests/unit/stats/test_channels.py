@@ -4,24 +4,13 @@ from __future__ import annotations
 
 import numpy as np
 
+from collapse_doctor.stats.channels import NAMES
 from tests.helpers.stats_cases import Case, assert_close, mean_or_nan, std1
 
 
 def reference(case: Case) -> dict[str, np.ndarray]:
     shape = (case.num_steps, case.num_channels)
-    names = (
-        "rel_gain",
-        "reward_std",
-        "channel_zero_var_share",
-        "reward_mean",
-        "reward_max",
-        "reward_min",
-        "channel_rows",
-        "channel_groups",
-        "channel_at_max_groups",
-        "channel_at_min_groups",
-    )
-    out = {name: np.full(shape, np.nan) for name in names}
+    out = {name: np.full(shape, np.nan) for name in NAMES}
     for s in range(case.num_steps):
         for c in range(case.num_channels):
             values = case.rewards[case.step == s, c]
