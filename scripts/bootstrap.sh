@@ -12,12 +12,14 @@ if [ ! -x .venv/bin/python ]; then
   "$python" -m venv .venv
 fi
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
-  echo "bootstrap: installing collapse-doctor, its dev tools and the train extra into .venv (first run takes a few minutes)" >&2
+  echo "bootstrap: installing collapse-doctor, its dev tools and every extra (train, trackers, remote, ray) into .venv (first run takes a few minutes)" >&2
   # The CPU wheel of torch first, where this machine has it: a bare torch requirement would pull a
   # multi-GB CUDA build. Elsewhere pip picks a torch from pyproject's range.
   .venv/bin/python -m pip install -q "torch==2.13.0" 2>/dev/null \
     || echo "bootstrap: torch 2.13.0 not available here; using pyproject's torch range" >&2
-  # The train extra (TRL) too: the retrain integration tests run on CPU with a tiny model built in code.
-  .venv/bin/python -m pip install -q -e ".[dev,train]"
+  # Every extra too: the retrain tests run TRL on CPU with a tiny model built in code, the tracker tests write
+  # real wandb/trackio/mlflow files offline, the object-storage tests run moto's S3 server, the Ray tests a
+  # local Ray instance.
+  .venv/bin/python -m pip install -q -e ".[dev,train,trackers,remote,ray]"
   touch "$stamp"
 fi
