@@ -606,6 +606,34 @@ def simulation_entry(truth: Mapping[str, Any], name: str | None = None) -> dict[
     }
 
 
+def scalar_entry(truth: Mapping[str, Any], name: str | None = None) -> dict[str, Any]:
+    """A manifest-like entry from a simulated scalar log's ground truth (the run-health scenarios of the benchmark).
+
+    ``truth["expect"]`` lists ``{"code", "min_severity", "max_severity", "onset_step"?}``; a scenario whose
+    ``healthy`` is true is expected HEALTHY with no warning (an information finding it lists is still expected).
+
+    >>> e = scalar_entry({"scenario": "regression", "seed": 0, "healthy": False,
+    ...                   "expect": [{"code": "CD507", "min_severity": "warning", "max_severity": "warning"}]})
+    >>> e["run"], e["suite"], e["expected"]["verdict"], "max_warning" in e["expected"]
+    ('scalars:regression-s0', 'scalars', None, False)
+    """
+    healthy = bool(truth.get("healthy"))
+    expected: dict[str, Any] = {
+        "verdict": ["HEALTHY"] if healthy else None,
+        "expect": [dict(item) for item in truth.get("expect") or []],
+        "forbid": [dict(item) for item in truth.get("forbid") or []],
+    }
+    if healthy:
+        expected["max_warning"] = 0
+    return {
+        "run": name or f"scalars:{truth.get('scenario')}-s{truth.get('seed')}",
+        "scenario": truth.get("scenario"),
+        "algo": "grpo",
+        "suite": "scalars",
+        "expected": expected,
+    }
+
+
 # ---------------------------------------------------------------------------------------------------
 # totals and targets
 

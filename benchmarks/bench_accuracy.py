@@ -2,11 +2,13 @@
 
 Run:  .venv/bin/python benchmarks/bench_accuracy.py [--markdown] [--json OUT] [--strict]
 
-Two suites. The TRL corpus (``tests/data/trl_corpus/*/``, one scan per run directory, expectations in its
-``manifest.json``, reasoned from the reward math) and the simulator (``collapse_doctor.simulate``, each scenario
-for a few seeds, expectations from the ground truth in the file's metadata). Every scan uses the default options
-on the CPU and is read through ``Diagnosis.to_dict()``, the JSON users see. Scoring: ``accuracy_scoring.py`` (shared
-with ``tests/e2e/test_corpus.py``); method: ``docs/accuracy.md``.
+Three suites. The TRL corpus (``tests/data/trl_corpus/*/``, one scan per run directory, expectations in its
+``manifest.json``, reasoned from the reward math), the simulator (``collapse_doctor.simulate``, each scenario
+for a few seeds, expectations from the ground truth in the file's metadata), and simulated scalar logs
+(:data:`SCALAR_SCENARIOS`: TensorBoard files written with torch's ``SummaryWriter`` under TRL's tag names, with
+the run-health pathologies CD507-CD511 built in and their expected findings written next to them). Every scan uses
+the default options on the CPU and is read through ``Diagnosis.to_dict()``, the JSON users see. Scoring:
+``accuracy_scoring.py`` (shared with ``tests/e2e/test_corpus.py``); method: ``docs/accuracy.md``.
 
 The exit status is 0 (it is a measurement), or with ``--strict`` 1 when a target is missed: every expected finding
 found at the expected severity, no warning on a healthy run, no remedy that contradicts the scan's own numbers.
@@ -24,6 +26,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow.parquet as pq
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -80,6 +83,137 @@ def simulator_scores(args: argparse.Namespace) -> list[dict[str, Any]]:
                 truth = json.loads(pq.read_schema(path).metadata[GROUND_TRUTH_KEY])
                 diagnosis, seconds = scan([path], args.device)
                 score = scoring.score_run(scoring.simulation_entry(truth, name), diagnosis)
+                score["seconds"] = round(seconds, 3)
+                scores.append(score)
+    return scores
+
+
+# ---------------------------------------------------------------------------------------------------
+# simulated scalar logs (run health, CD507-CD511)
+
+SCALAR_STEPS = 200
+EVAL_EVERY = 10
+
+
+def _healthy_scalars(rng: np.random.Generator) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """A healthy TRL GRPO log: reward 0.3 -> 0.7, entropy 0.8 -> 0.6, grad norm ~0.3 (25% noise), clipping ~1% per
+    side, and a held-out reward every 10 steps rising with the training reward."""
+    t = np.arange(SCALAR_STEPS)
+    e = np.arange(EVAL_EVERY, SCALAR_STEPS, EVAL_EVERY)
+    low = np.clip(0.01 * (1 + 0.2 * rng.standard_normal(len(t))), 0, 1)
+    high = np.clip(0.012 * (1 + 0.2 * rng.standard_normal(len(t))), 0, 1)
+    return {
+        "train/reward": (t, 0.3 + 0.4 * t / SCALAR_STEPS + 0.05 * rng.standard_normal(len(t))),
+        "train/entropy": (t, (0.8 - 0.2 * t / SCALAR_STEPS) * (1 + 0.05 * rng.standard_normal(len(t)))),
+        "train/grad_norm": (t, 0.3 * np.exp(0.25 * rng.standard_normal(len(t)))),
+        "train/clip_ratio/low_mean": (t, low),
+        "train/clip_ratio/high_mean": (t, high),
+        "train/clip_ratio/region_mean": (t, low + high),
+        "eval/reward": (e, 0.3 + 0.35 * e / SCALAR_STEPS + 0.01 * rng.standard_normal(len(e))),
+    }
+
+
+def _scalar_case(scenario: str, rng: np.random.Generator) -> tuple[dict[str, tuple[np.ndarray, np.ndarray]], dict]:
+    """One scenario's series and its expected findings (severity range and onset where the math fixes them)."""
+    series = _healthy_scalars(rng)
+    t = np.arange(SCALAR_STEPS)
+    e = np.arange(EVAL_EVERY, SCALAR_STEPS, EVAL_EVERY)
+    noise = rng.standard_normal(len(t))
+    expect: list[dict[str, Any]] = []
+    healthy = False
+
+    def finding(code: str, low: str, high: str, onset: int | None = None) -> None:
+        item: dict[str, Any] = {"code": code, "min_severity": low, "max_severity": high}
+        if onset is not None:
+            item["onset_step"] = onset
+        expect.append(item)
+
+    if scenario == "healthy":
+        healthy = True
+    elif scenario == "converged":  # the reward saturates by ~step 60 (within 0.3% of 0.8): a plateau, information
+        healthy = True
+        series["train/reward"] = (t, 0.8 - 0.5 * np.exp(-t / 15) + 0.02 * noise)
+        del series["eval/reward"]
+        finding("CD507", "info", "info")
+    elif scenario == "regression":  # best at step 60, back to the start by step 120
+        series["train/reward"] = (t, np.interp(t, [0, 60, 120, SCALAR_STEPS], [0.3, 0.7, 0.3, 0.3]) + 0.02 * noise)
+        del series["eval/reward"]
+        finding("CD507", "warning", "warning", onset=60)
+    elif scenario == "clip-saturation":  # 35% clipped, 30% on the high side (also a one-sided-clip finding)
+        low, high = 0.05 * (1 + 0.1 * noise), 0.30 * (1 + 0.1 * rng.standard_normal(len(t)))
+        series["train/clip_ratio/low_mean"], series["train/clip_ratio/high_mean"] = (t, low), (t, high)
+        series["train/clip_ratio/region_mean"] = (t, low + high)
+        finding("CD508", "warning", "warning", onset=0)
+    elif scenario == "grad-nonfinite":  # the norm is NaN from step 180 on: diverged
+        norm = series["train/grad_norm"][1].copy()
+        norm[180:] = np.nan
+        series["train/grad_norm"] = (t, norm)
+        finding("CD509", "critical", "critical", onset=180)
+    elif scenario == "grad-spikes":  # 5 spikes of 10x the norm
+        norm = series["train/grad_norm"][1].copy()
+        at = rng.choice(np.arange(20, 190), 5, replace=False)
+        norm[at] *= 10
+        series["train/grad_norm"] = (t, norm)
+        finding("CD509", "warning", "warning", onset=int(at.min()))
+    elif scenario == "reward-hacking-flat":  # the training reward rises, the held-out reward stays at 0.45
+        series["eval/reward"] = (e, 0.45 + 0.01 * rng.standard_normal(len(e)))
+        finding("CD510", "warning", "warning")
+        finding("CD507", "info", "info")  # judged on the held-out score: it never rose (no learning)
+    elif scenario == "reward-hacking-falling":  # ... and falls from 0.5 to 0.3
+        series["eval/reward"] = (e, 0.5 - 0.2 * e / SCALAR_STEPS + 0.01 * rng.standard_normal(len(e)))
+        finding("CD510", "critical", "critical")
+        finding("CD507", "warning", "warning")  # judged on the held-out score: it fell from its first points
+    elif scenario == "entropy-arrival":  # entropy 0.8 exp(-t/250) while the reward stays at 0.5
+        series["train/entropy"] = (t, 0.8 * np.exp(-t / 250) * (1 + 0.02 * noise))
+        series["train/reward"] = (t, 0.5 + 0.02 * rng.standard_normal(len(t)))
+        del series["eval/reward"]
+        finding("CD511", "warning", "warning", onset=100)
+        finding("CD507", "info", "info")  # a flat reward over the whole run: no learning
+    else:  # pragma: no cover - the list below is the only caller
+        raise ValueError(scenario)
+    return series, {"scenario": scenario, "healthy": healthy, "expect": expect}
+
+
+SCALAR_SCENARIOS = (
+    "healthy",
+    "converged",
+    "regression",
+    "clip-saturation",
+    "grad-nonfinite",
+    "grad-spikes",
+    "reward-hacking-flat",
+    "reward-hacking-falling",
+    "entropy-arrival",
+)
+"""The run-health scenarios; CD511's onset is where its fitted stretch starts (the last half of the log)."""
+
+
+def write_scalar_log(directory: Path, series: dict[str, tuple[np.ndarray, np.ndarray]]) -> Path:
+    """One event file, each tag at its own steps, written by torch's SummaryWriter."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    directory.mkdir(parents=True, exist_ok=True)
+    writer = SummaryWriter(str(directory))
+    for step, tag, value in sorted(
+        (int(s), tag, float(v)) for tag, (steps, values) in series.items() for s, v in zip(steps, values, strict=True)
+    ):
+        writer.add_scalar(tag, value, step)
+    writer.close()
+    return directory
+
+
+def scalar_scores(args: argparse.Namespace) -> list[dict[str, Any]]:
+    scores = []
+    with tempfile.TemporaryDirectory(prefix="cd-accuracy-scalars-") as tmp:
+        for seed in args.seeds:
+            for scenario in SCALAR_SCENARIOS:
+                name = f"scalars:{scenario}-s{seed}"
+                if args.only and args.only not in name:
+                    continue
+                series, truth = _scalar_case(scenario, np.random.default_rng(1000 + seed))
+                path = write_scalar_log(Path(tmp) / f"{scenario}-s{seed}" / "runs", series)
+                diagnosis, seconds = scan([path], args.device)
+                score = scoring.score_run(scoring.scalar_entry(truth | {"seed": seed}, name), diagnosis)
                 score["seconds"] = round(seconds, 3)
                 scores.append(score)
     return scores
@@ -327,6 +461,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--only", help="score only runs whose name contains this text")
     parser.add_argument("--no-corpus", action="store_true", help="skip the TRL corpus")
     parser.add_argument("--no-simulator", action="store_true", help="skip the simulated scenarios")
+    parser.add_argument("--no-scalars", action="store_true", help="skip the simulated scalar logs (CD507-CD511)")
     parser.add_argument("--json", type=Path, metavar="OUT", help="write the full matrix as JSON")
     parser.add_argument("--markdown", action="store_true", help="print the tables as Markdown (docs/accuracy.md)")
     parser.add_argument("--strict", action="store_true", help="exit 1 when a target is missed")
@@ -343,6 +478,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         suites_scores["corpus"] = corpus_scores(args.corpus, args.device, args.only)
     if not args.no_simulator:
         suites_scores["simulator"] = simulator_scores(args)
+    if not args.no_scalars:
+        suites_scores["scalars"] = scalar_scores(args)
     everything = [s for scores in suites_scores.values() for s in scores]
     suite_totals = {name: scoring.totals(scores) for name, scores in suites_scores.items()}
     if len(suites_scores) > 1:
@@ -353,11 +490,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     size = f"{args.steps} steps x {args.groups} groups x {args.group_size}"
     sim = f"{len(SCENARIOS)} scenarios x seeds {args.seeds}, {size}"
+    scalar_logs = f"{len(SCALAR_SCENARIOS)} scenarios x seeds {args.seeds}, {SCALAR_STEPS} steps"
     header = [
         f"collapse-doctor accuracy: {len(everything)} scans in {wall:.1f} s "
         f"({platform.python_version()}, {platform.machine()}, device {args.device})",
         f"corpus: {args.corpus if not args.no_corpus else 'skipped'}; simulator: "
-        f"{sim if not args.no_simulator else 'skipped'}",
+        f"{sim if not args.no_simulator else 'skipped'}; scalar logs: "
+        f"{scalar_logs if not args.no_scalars else 'skipped'}",
         "",
     ]
     out = [*header, totals_table(suite_totals).render(args.markdown), targets_table(target).render(args.markdown)]
@@ -374,6 +513,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "simulator": None
                 if args.no_simulator
                 else {"seeds": args.seeds, "steps": args.steps, "groups": args.groups, "group_size": args.group_size},
+                "scalars": None if args.no_scalars else {"seeds": args.seeds, "steps": SCALAR_STEPS},
                 "device": args.device,
                 "only": args.only,
             },

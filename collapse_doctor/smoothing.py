@@ -14,20 +14,57 @@ FAST_PATH_MIN = 4096
 """Series at least this long (and NaN-free) take scipy's C filters for their interior."""
 
 
+EXACT_BLOCK_VALUES = 2**24
+"""Window values the exact path materialises at once (a block of rows): memory stays ~128 MiB at any length."""
+
+
 def _rolling_exact(values: np.ndarray, half: int, how: str) -> np.ndarray:
     padded = np.concatenate([np.full(half, np.nan), values, np.full(half, np.nan)])
-    windows = np.lib.stride_tricks.sliding_window_view(padded, 2 * half + 1)
+    width = 2 * half + 1
+    block = max(1, EXACT_BLOCK_VALUES // width)
+    reduce = np.nanmedian if how == "median" else np.nanmean
+    out = np.empty(len(values), dtype=np.float64)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
-        reduce = np.nanmedian if how == "median" else np.nanmean
-        return np.asarray(reduce(windows, axis=1), dtype=np.float64)
+        for start in range(0, len(values), block):
+            stop = min(len(values), start + block)
+            windows = np.lib.stride_tricks.sliding_window_view(padded[start : stop + 2 * half], width)
+            out[start:stop] = reduce(windows, axis=1)
+    return out
+
+
+def _rolling_mean_cumsum(values: np.ndarray, half: int) -> np.ndarray:
+    """The shrinking-window mean ignoring NaN from cumulative sums: O(n) whatever the window."""
+    finite = ~np.isnan(values)
+    sums = np.concatenate([[0.0], np.cumsum(np.where(finite, values, 0.0))])
+    counts = np.concatenate([[0], np.cumsum(finite)])
+    index = np.arange(len(values))
+    lo, hi = np.maximum(index - half, 0), np.minimum(index + half + 1, len(values))
+    count = counts[hi] - counts[lo]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(count > 0, (sums[hi] - sums[lo]) / np.maximum(count, 1), np.nan)
+
+
+def _edge_medians(values: np.ndarray, half: int) -> np.ndarray:
+    """Medians of the growing windows ``values[:half + 1 + i]`` for ``i < half`` (the left edge; NaN-free input),
+    kept sorted by insertion: O(half * window) memory moves instead of ``half`` windows materialised."""
+    from bisect import insort
+
+    window = sorted(values[: half + 1].tolist())
+    out = np.empty(half, dtype=np.float64)
+    for i in range(half):
+        k = len(window)
+        out[i] = window[k // 2] if k % 2 else 0.5 * (window[k // 2 - 1] + window[k // 2])
+        insort(window, float(values[half + 1 + i]))
+    return out
 
 
 def rolling(values: np.ndarray, window: int, how: str = "median") -> np.ndarray:
     """Centred rolling median (or mean, ``how="mean"``) over ``window`` values (made odd), ignoring NaN.
 
     The window shrinks at the edges. Long NaN-free series (scalar logs hold millions of points) compute their
-    interior with scipy's C filters and their edges exactly, with the same result.
+    interior with scipy's C filters and their edges exactly, with the same result; long windows of means use
+    cumulative sums, and nothing materialises more than :data:`EXACT_BLOCK_VALUES` window values.
 
     >>> rolling(np.array([1.0, 9.0, 1.0, 1.0, 1.0]), 3).tolist()
     [5.0, 1.0, 1.0, 1.0, 1.0]
@@ -39,6 +76,8 @@ def rolling(values: np.ndarray, window: int, how: str = "median") -> np.ndarray:
     n = len(data)
     if half == 0 or n == 0:
         return data.copy()
+    if how == "mean" and n * (2 * half + 1) > EXACT_BLOCK_VALUES:
+        return _rolling_mean_cumsum(data, half)
     if n < max(FAST_PATH_MIN, 4 * half + 2) or np.isnan(data).any():
         return _rolling_exact(data, half, how)
     from scipy.ndimage import median_filter, uniform_filter1d
@@ -48,6 +87,10 @@ def rolling(values: np.ndarray, window: int, how: str = "median") -> np.ndarray:
         out = np.asarray(median_filter(data, size=size, mode="nearest"), dtype=np.float64)
     else:
         out = np.asarray(uniform_filter1d(data, size=size, mode="nearest"), dtype=np.float64)
+    if how == "median" and half * size > EXACT_BLOCK_VALUES:
+        out[:half] = _edge_medians(data, half)
+        out[n - half :] = _edge_medians(data[::-1], half)[::-1]
+        return out
     edge = 3 * half + 1  # the edge windows lie within the first (last) 3 * half + 1 values
     out[:half] = _rolling_exact(data[:edge], half, how)[:half]
     out[n - half :] = _rolling_exact(data[n - edge :], half, how)[edge - half :]

@@ -1,6 +1,6 @@
 """The detector registry: importing this package registers every detector family."""
 
-from collapse_doctor.detectors import channels, resolution, scalars, shape, signal, truncation
+from collapse_doctor.detectors import channels, health, resolution, scalars, shape, signal, truncation
 from collapse_doctor.detectors.base import (
     REGISTRY,
     DetectionContext,
@@ -19,6 +19,7 @@ __all__ = [
     "Severity",
     "channels",
     "explain_sections",
+    "health",
     "register",
     "resolution",
     "scalars",

@@ -29,10 +29,15 @@ from collapse_doctor.scalars import (
     CHANNEL_WEIGHT,
     CHANNEL_ZERO_VAR_SHARE,
     CLIP_RATIO,
+    CLIP_RATIO_DUAL,
+    CLIP_RATIO_HIGH,
+    CLIP_RATIO_LOW,
     COMPLETION_LENGTH,
     ENTROPY,
+    EVAL_SCORE,
     GRAD_NORM,
     KL,
+    LEARNING_RATE,
     LOSS,
     PASS_RATE,
     PCT_ALL_FAIL,
@@ -81,11 +86,15 @@ TAG_MAPS: Mapping[str, tuple[TagRule, ...]] = {
             (r"train/entropy", ENTROPY),
             (r"train/clip_ratio/region_mean", CLIP_RATIO),
             (r"train/clip_ratio", CLIP_RATIO),
+            (r"train/clip_ratio/low_mean", CLIP_RATIO_LOW),
+            (r"train/clip_ratio/high_mean", CLIP_RATIO_HIGH),
             (r"train/completions/mean_length", COMPLETION_LENGTH),
             (r"train/completion_length", COMPLETION_LENGTH),
             (r"train/completions/clipped_ratio", TRUNCATED_SHARE),  # share of completions without EOS
             (r"train/loss", LOSS),
             (r"train/grad_norm", GRAD_NORM),
+            (r"train/learning_rate", LEARNING_RATE),
+            (r"eval/reward", EVAL_SCORE),  # GRPOTrainer's eval_reward, on the eval cadence
         ]
     ),
     # verl's trainer metrics (compute_data_metrics, actor update), same names in TensorBoard and file logger.
@@ -102,8 +111,12 @@ TAG_MAPS: Mapping[str, tuple[TagRule, ...]] = {
             (r"actor/kl_loss", KL),
             (r"critic/kl", KL),
             (r"actor/pg_clipfrac", CLIP_RATIO),
+            (r"actor/pg_clipfrac_lower", CLIP_RATIO_DUAL),
             (r"actor/pg_loss", LOSS),
             (r"actor/grad_norm", GRAD_NORM),
+            (r"actor/lr", LEARNING_RATE),
+            (r"val-core/.+/(acc|reward)/mean@\d+", EVAL_SCORE),  # the validation set's core score
+            (r"val/test_score/.+", EVAL_SCORE),  # verl before val-core
             (r"response_length/mean", COMPLETION_LENGTH),
             (r"response_length/clip_ratio", TRUNCATED_SHARE),  # share of responses at max_response_length
         ]

@@ -215,3 +215,110 @@ def collapsed_series(seed: int = 0) -> dict[str, np.ndarray]:
         train__reward=flat(0.5),
         train__frac_reward_zero_std=after(90, 0.1, 0.95, noise=0.01),
     )
+
+
+# Run-health cases (CD507-CD511): the training reward, clipping, gradients, a held-out score, entropy.
+
+
+def write_cadenced_events(directory: Path, series: Mapping[str, tuple[np.ndarray, np.ndarray]]) -> Path:
+    """One event file with each tag at its own steps (``{tag: (steps, values)}``): eval metrics on their cadence."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    directory.mkdir(parents=True, exist_ok=True)
+    writer = SummaryWriter(str(directory))
+    points = sorted(
+        (int(s), tag, float(v)) for tag, (steps, values) in series.items() for s, v in zip(steps, values, strict=True)
+    )
+    for step, tag, value in points:
+        writer.add_scalar(tag, value, step)
+    writer.close()
+    return directory
+
+
+def rises_then_flat(until: int = 60, start: float = 0.3, top: float = 0.7, noise: float = 0.02) -> Curve:
+    """A reward that climbs to ``top`` by step ``until`` and stays there (a plateau after a gain)."""
+
+    def curve(t: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        level = np.interp(t, [0, until, STEPS], [start, top, top])
+        return level * (1 + noise * rng.standard_normal(len(t)))
+
+    return curve
+
+
+def decaying(start: float, scale: float, noise: float = 0.02) -> Curve:
+    """``start * exp(-t / scale)`` with multiplicative noise: an entropy on its way down."""
+
+    def curve(t: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        return start * np.exp(-t / scale) * (1 + noise * rng.standard_normal(len(t)))
+
+    return curve
+
+
+def trl_clip_series(seed: int = 0, *, low: float, high: float) -> dict[str, np.ndarray]:
+    """A healthy TRL run that also logs its trust-region clipping (TRL's three clip_ratio tags) at these shares."""
+    rng = np.random.default_rng(seed + 100)
+    series = trl_series(seed)
+    lows = np.clip(low * (1 + 0.1 * rng.standard_normal(STEPS)), 0, 1)
+    highs = np.clip(high * (1 + 0.1 * rng.standard_normal(STEPS)), 0, 1)
+    series["train/clip_ratio/low_mean"] = lows
+    series["train/clip_ratio/high_mean"] = highs
+    series["train/clip_ratio/region_mean"] = lows + highs  # the two sides never overlap (opposite advantage signs)
+    return series
+
+
+def grad_norm_with(values_at: Mapping[int, float]) -> Curve:
+    """A healthy gradient norm (0.3, 20% noise) with the given values written at the given steps."""
+
+    def curve(t: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        norm = 0.3 * (1 + 0.2 * rng.standard_normal(len(t)))
+        for step, value in values_at.items():
+            norm[step] = value
+        return norm
+
+    return curve
+
+
+def eval_run(directory: Path, held_out: Callable[[np.ndarray], np.ndarray], *, every: int = 10) -> Path:
+    """A healthy TRL TensorBoard log (training reward rising 0.3 -> 0.7) plus ``eval/reward`` every ``every`` steps,
+    written on its own cadence as transformers' callback does."""
+    series = trl_series(0)
+    tagged = {tag: (np.arange(STEPS), values) for tag, values in series.items()}
+    steps = np.arange(every, STEPS, every)
+    tagged["eval/reward"] = (steps, held_out(steps))
+    return write_cadenced_events(directory / "runs" / "Dec01_host", tagged).parent.parent
+
+
+def held_out(start: float, end: float, noise: float = 0.01, seed: int = 5) -> Callable[[np.ndarray], np.ndarray]:
+    """A held-out score going linearly from ``start`` to ``end`` over the run, with additive noise."""
+
+    def curve(steps: np.ndarray) -> np.ndarray:
+        rng = np.random.default_rng(seed)
+        return start + (end - start) * steps / STEPS + noise * rng.standard_normal(len(steps))
+
+    return curve
+
+
+SCALAR_CASES.update(
+    {
+        "CD507": (
+            lambda d: trl_run(d / "pos", train__reward=rises_then_falls),  # best at step 60, then back down
+            lambda d: trl_run(d / "neg"),  # rises to the end
+        ),
+        "CD508": (
+            lambda d: write_events(d / "pos", trl_clip_series(low=0.02, high=0.3)),
+            lambda d: write_events(d / "neg", trl_clip_series(low=0.01, high=0.012)),
+        ),
+        "CD509": (
+            lambda d: trl_run(d / "pos", train__grad_norm=grad_norm_with({s: float("nan") for s in range(185, STEPS)})),
+            lambda d: trl_run(d / "neg"),
+        ),
+        "CD510": (
+            lambda d: eval_run(d / "pos", held_out(0.45, 0.45)),
+            lambda d: eval_run(d / "neg", held_out(0.3, 0.7)),
+        ),
+        "CD511": (
+            lambda d: trl_run(d / "pos", train__entropy=decaying(0.8, 250), train__reward=flat(0.5)),
+            lambda d: trl_run(d / "neg", train__entropy=decaying(0.8, 250)),  # reward rises: convergence
+        ),
+    }
+)

@@ -28,11 +28,11 @@ FRAMEWORK_TAGS = {
         "train/kl": S.KL,
         "train/entropy": S.ENTROPY,
         "train/clip_ratio/region_mean": S.CLIP_RATIO,
-        "train/clip_ratio/low_mean": None,
+        "train/clip_ratio/low_mean": S.CLIP_RATIO_LOW,
         "train/completions/mean_length": S.COMPLETION_LENGTH,
         "train/loss": S.LOSS,
         "train/grad_norm": S.GRAD_NORM,
-        "eval/reward": None,
+        "eval/reward": S.EVAL_SCORE,
     },
     "verl": {
         "critic/score/mean": S.REWARD,
