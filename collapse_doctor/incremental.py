@@ -24,6 +24,7 @@ from collapse_doctor.algorithm import detect_algorithm
 from collapse_doctor.io.discovery import RunInputs
 from collapse_doctor.io.formats import is_per_step
 from collapse_doctor.io.open import open_rollouts, read_scalar_log
+from collapse_doctor.io.remote import file_signature
 from collapse_doctor.io.scalar_cache import ScalarCache
 from collapse_doctor.options import ScanOptions
 from collapse_doctor.pipeline import ScanHooks, ScanPlan, detect, plan_scan, scan_run
@@ -33,12 +34,8 @@ from collapse_doctor.series import RunSeries
 from collapse_doctor.summary import rollout_summary, with_scalar_log
 
 
-def _signature(path: Path) -> tuple[int, int]:
-    try:
-        stat = path.stat()
-    except OSError:
-        return (-1, -1)
-    return stat.st_size, stat.st_mtime_ns
+def _signature(path: Path) -> tuple[int, int, str]:
+    return file_signature(path)  # objects in storage: size, mtime and ETag (from the listing, no request)
 
 
 def merge_series(parts: Sequence[RunSeries]) -> RunSeries | None:
@@ -56,7 +53,7 @@ def merge_series(parts: Sequence[RunSeries]) -> RunSeries | None:
 class _Part:
     """One per-step rollout file reduced: its size and mtime when read, its summary and its series."""
 
-    signature: tuple[int, int]
+    signature: tuple[int, int, str]
     summary: RunSummary
     series: RunSeries
 
@@ -79,7 +76,7 @@ class IncrementalScan:
             out.append(merged if merged is not None else scan_run(plan, run, hooks).diagnosis)
         return out
 
-    def _reduce_file(self, plan: ScanPlan, run: RunInputs, path: Path, signature: tuple[int, int]) -> _Part:
+    def _reduce_file(self, plan: ScanPlan, run: RunInputs, path: Path, signature: tuple[int, int, str]) -> _Part:
         from collapse_doctor.advantages import resolve_device
 
         alone = replace(run, rollout_files=[path], scalar_logs={})

@@ -19,10 +19,11 @@ import shutil
 import stat
 import sys
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
 from collapse_doctor.errors import OutputError
+from collapse_doctor.io.remote import RemotePath, as_url, looks_remote
 
 STDOUT = "-"
 """The output path that means standard output, for every output option."""
@@ -39,12 +40,49 @@ def check_not_an_input(output: Path, inputs: Sequence[Path]) -> None:
         return
     target = output.resolve()
     for source in inputs:
+        if isinstance(source, RemotePath):
+            continue  # outputs are local files (check_writable), never an object in storage
         same = target == source.resolve()
         if not same and output.exists():
             with contextlib.suppress(OSError):
                 same = os.path.samefile(output, source)
         if same:
             raise OutputError(f"{output}: refusing to overwrite an input file", hint="choose another output path")
+
+
+def refuse_shared_paths(outputs: Iterable[tuple[str, Path | None]]) -> None:
+    """Two outputs on one path (after resolving symlinks; ``-`` twice is standard output twice): a UsageError
+    naming both options."""
+    from collapse_doctor.errors import UsageError
+
+    seen: dict[str, str] = {}
+    for option, path in outputs:
+        if path is None:
+            continue
+        key = "-" if is_stdout(path) else os.path.realpath(path)
+        if key in seen:
+            raise UsageError(f"{seen[key]} and {option} both write to {path}", hint="give each output its own path")
+        seen[key] = option
+
+
+def check_outputs(outputs: Iterable[tuple[str, Path | None]], inputs: Sequence[Path]) -> None:
+    """Fail before any work when an output shares a path with another, is one of ``inputs``, or cannot be
+    written; ``outputs`` are ``(option, path)`` pairs (``None``: not asked for), named in the errors' hints."""
+    outputs = list(outputs)
+    refuse_shared_paths(outputs)
+    for option, path in outputs:
+        if path is None or is_stdout(path):
+            continue
+        try:
+            check_not_an_input(path, inputs)
+        except OutputError as exc:
+            raise OutputError(exc.message, hint=f"choose another path for {option}") from None
+        try:
+            check_writable(path)
+        except OutputError as exc:
+            if exc.message.endswith("is a directory"):
+                raise OutputError(exc.message, hint=f"pass a file path with {option}") from None
+            raise
 
 
 def _kind(path: Path) -> str:
@@ -68,6 +106,11 @@ def check_writable(output: Path) -> None:
     """Fail (:class:`OutputError`) when ``output`` cannot be an output: missing directory, a directory, ..."""
     if is_stdout(output):
         return
+    if looks_remote(output):
+        raise OutputError(
+            f"{as_url(output)}: outputs are written to local files, not to object storage",
+            hint="write it to a local path and upload that (aws s3 cp, gsutil cp, az storage blob upload)",
+        )
     kind = _kind(output)
     if kind == "dir":
         raise OutputError(

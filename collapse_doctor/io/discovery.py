@@ -2,26 +2,41 @@
 
 Paths are expanded by :func:`collapse_doctor.io.paths.expand_paths` and every file is classified by the
 format registry (:mod:`collapse_doctor.io.formats`); files of other kinds found in directories are ignored.
-A file named explicitly is always read (as Parquet when its name says nothing else).
+A file named explicitly is always read (as Parquet when its name says nothing else; a ``*.db`` that is no
+tracker's database is an error naming it).
 
-A directory (named alone) that holds one set of rollouts is one run: every scalar log under it belongs to
-it (a TRL output dir: ``completions/`` + ``runs/<date>/events...`` + ``checkpoint-N/trainer_state.json``,
-or several event dirs of one training run). Otherwise files of one kind are grouped by their format's root
-(their directory, or the parent of ``completions/`` or ``checkpoint-N/``); sets are handled in the formats'
-discovery rank, and a set joins the one run whose root is nested with its own. Event files in sibling
-directories are separate runs, as TensorBoard shows them. All canonical Parquet files named are one run.
+Files of one kind are grouped by their format's root (their directory, or the parent of ``completions/`` or
+``checkpoint-N/``). Canonical Parquet files found in a directory are split into runs by
+:mod:`collapse_doctor.io.parquet_parts` (sibling runs apart, the part files of one run together); those named
+explicitly are one run. Each set of rollouts in a named directory owns the highest directory (up to the one
+named) that holds no other set of rollouts, and every scalar log in it belongs to that run: a TRL output dir
+(``completions/`` + ``runs/<date>/events...`` + ``checkpoint-N/trainer_state.json``, or several event dirs of one
+training run) is one run, alone or beside other runs. The other sets are handled in the formats' discovery
+rank, and a set joins the one run whose root is nested with its own; event files in sibling directories are
+separate runs, as TensorBoard shows them.
+
+A file that holds several runs (a Trackio project, an MLflow store: formats with ``members``) gives one run per
+member, named ``<file stem>/<run name>`` below the root's path, with the bare run name as an alias for
+``--run``; the only member in a rollout run's directory joins that run instead.
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from collapse_doctor.errors import InputError, UsageError
-from collapse_doctor.io.formats import FORMATS, classify, formats_hint, is_rollouts
-from collapse_doctor.io.paths import expand_paths
+from collapse_doctor.io.formats import FORMATS, Member, classify, formats_hint, is_rollouts
+from collapse_doctor.io.paths import common_directory, expand_paths
+from collapse_doctor.io.remote import is_url
+from collapse_doctor.io.sqlite_store import DB_SUFFIXES, describe_foreign
+
+DEFAULT_KIND = "parquet"
+"""The kind :func:`~collapse_doctor.io.paths.expand_paths` gives a file named explicitly that no format
+recognises (its reader's error then names it)."""
+SetKey = tuple[str, Path | None]
+"""A set of files of one kind: ``(kind, root)``; root ``None`` for the files of a rootless kind named explicitly."""
 
 
 @dataclass
@@ -34,6 +49,11 @@ class RunInputs:
     rollout_files: list[Path] = field(default_factory=list)
     scalar_logs: dict[str, list[Path]] = field(default_factory=dict)
     """The run's scalar log files by kind (``events``, ``trainer_state``, ``verl_file_log``); none empty."""
+    member: str | None = None
+    """The run inside its tracker database that is read (a Trackio run name, an MLflow run id; the format's
+    ``read_member`` key), ``None`` when its scalar files hold one run each."""
+    aliases: tuple[str, ...] = ()
+    """Other names ``--run`` picks it by (the bare run name in a tracker database, a W&B run id)."""
 
     @property
     def files(self) -> list[Path]:
@@ -73,7 +93,7 @@ def _no_run_found(text: str, inside: list[Path]) -> InputError:
 
 
 def _common_directory(files: Sequence[Path]) -> Path:
-    return Path(os.path.commonpath([str(p.resolve().parent) for p in files]))
+    return common_directory(files)  # object storage files too (their common prefix)
 
 
 def _related(a: Path, b: Path) -> bool:
@@ -85,20 +105,47 @@ def discover_runs(paths: Sequence[str | Path]) -> list[RunInputs]:
     """Group the inputs into runs (see the module docstring); at least one run or an InputError."""
     expansion = expand_paths(paths, kind_of=classify, empty_directory=_no_run_found)
     base = expansion.base
-    groups: dict[tuple[str, Path | None], list[Path]] = {}
+    directories = _named_directories(paths, base)
+    groups: dict[SetKey, list[Path]] = {}
+    unrooted: dict[tuple[str, Path], list[Path]] = {}
+    member_files: list[tuple[str, Path]] = []
     for kind, p in expansion.files:
-        root_of = FORMATS[kind].root
-        groups.setdefault((kind, root_of(p) if root_of is not None else None), []).append(p)
-    rollout_sets = [key for key in groups if is_rollouts(key[0])]
-    if len(rollout_sets) == 1 and base is not None and len(paths) == 1:
-        return [_one_output_dir(groups, rollout_sets[0], base)]
-    runs: list[RunInputs] = []
-    for (kind, set_root), members in sorted(
-        groups.items(), key=lambda item: (FORMATS[item[0][0]].rank, str(item[0][1]))
-    ):
         fmt = FORMATS[kind]
+        in_directory = any(d in p.resolve().parents for d in directories)
+        if not in_directory and kind == DEFAULT_KIND and p.suffix in DB_SUFFIXES and classify(p) is None:
+            raise describe_foreign(p, formats_hint())  # a database named explicitly that no tracker wrote
+        if fmt.members is not None:
+            member_files.append((kind, p))
+        elif fmt.root is not None:
+            groups.setdefault((kind, fmt.root(p)), []).append(p)
+        elif in_directory:
+            unrooted.setdefault((kind, _partitioned_directory(p)), []).append(p)
+        else:
+            groups.setdefault((kind, None), []).append(p)  # files named explicitly: one set
+    for (kind, directory), files in unrooted.items():
+        split = FORMATS[kind].split
+        sets = split(files) if split is not None else [sorted(files)]
+        for files_of_run in sets:
+            # A run of several files alone in its directory is rooted there; a lone file at the file itself,
+            # so that runs in the subdirectories beside it keep their own directories.
+            whole = len(sets) == 1 and len(files_of_run) > 1
+            groups.setdefault((kind, directory if whole else files_of_run[0]), []).extend(files_of_run)
+    territories = _territories(groups, directories)
+    joined = {
+        key: owner
+        for key in groups
+        if not is_rollouts(key[0])
+        and (owner := _territory_of(key[1] or _common_directory(groups[key]), territories)) is not None
+    }
+    runs: list[RunInputs] = []
+    by_rollouts: dict[SetKey, RunInputs] = {}
+    for key, members in sorted(groups.items(), key=lambda item: (FORMATS[item[0][0]].rank, str(item[0][1]))):
+        kind, set_root = key
+        fmt = FORMATS[kind]
+        if key in joined:
+            continue
         # A kind without a root (canonical Parquet) is one set, rooted at the files' common directory.
-        root = set_root or _common_directory(members)
+        root = territories.get(key) or set_root or _common_directory(members)
         related = [r for r in runs if _related(r.root, root)]
         target = related[0] if len(related) == 1 else None
         if is_rollouts(kind):
@@ -107,36 +154,133 @@ def discover_runs(paths: Sequence[str | Path]) -> list[RunInputs]:
                 runs.append(target)
             target.rollout_kind = kind
             target.rollout_files = sorted(members)
+            by_rollouts[key] = target
             continue
         if not fmt.own_run and len(related) > 1 and all(r.has_scalars for r in related):
             continue  # e.g. a trainer_state.json above several event dirs: their events say more
         if target is None or (fmt.own_run and kind in target.scalar_logs):
             target = RunInputs(name="", root=root)
             runs.append(target)
-        target.scalar_logs.setdefault(kind, []).extend(sorted(members))
+        _add_scalars(target, kind, members)
+    # Every scalar log in a rollout set's own directory tree belongs to that run (several event dirs of one run).
+    for key, owner in sorted(joined.items(), key=lambda item: str(item[0][1])):
+        _add_scalars(by_rollouts[owner], key[0], groups[key])
     for run in runs:
         run.name = _name(run.root, base)
+    runs += _member_runs(member_files, territories, by_rollouts, base, directories)
+    if not runs:
+        raise InputError(
+            f"{', '.join(str(p) for p in paths)}: no run found (the tracker databases found hold no runs)",
+            hint=formats_hint(),
+        )
     return runs
 
 
-def _one_output_dir(
-    groups: dict[tuple[str, Path | None], list[Path]], rollouts: tuple[str, Path | None], base: Path
-) -> RunInputs:
-    """A directory with one set of rollouts is one run: every scalar log under it belongs to that run.
+def _add_scalars(run: RunInputs, kind: str, files: Sequence[Path]) -> None:
+    run.scalar_logs.setdefault(kind, []).extend(sorted(files))
+    run.aliases += tuple(a for p in files for a in FORMATS[kind].aliases(p) if a not in run.aliases)
 
-    A trainer's output dir often holds several event dirs of one run (TRL's ``runs/<date>_<host>/``, a
-    callback's own ``tensorboard/``): their tags differ, and they are read as one scalar log.
-    """
-    run = RunInputs(name=base.name or str(base), root=base)
-    run.rollout_kind = rollouts[0]
-    run.rollout_files = sorted(groups[rollouts])
-    for (kind, _), members in sorted(groups.items(), key=lambda item: str(item[0][1])):
-        if not is_rollouts(kind):
-            run.scalar_logs.setdefault(kind, []).extend(sorted(members))
-    return run
+
+def _named_directories(paths: Sequence[str | Path], base: Path | None) -> list[Path]:
+    """The directories named (their files were found, not named), resolved."""
+    named = [Path(str(p)).resolve() for p in paths if not is_url(p) and Path(str(p)).is_dir()]
+    return named + ([base.resolve()] if base is not None and base.resolve() not in named else [])
+
+
+def _partitioned_directory(path: Path) -> Path:
+    """The file's directory, above Hive-style partition folders (``step=10/``): the files of one table."""
+    directory = path.parent
+    while "=" in directory.name and directory.parent != directory:
+        directory = directory.parent
+    return directory
+
+
+def _territories(groups: dict[SetKey, list[Path]], directories: Sequence[Path]) -> dict[SetKey, Path]:
+    """For each rollout set in a named directory: the highest directory (up to that directory) that holds no
+    other rollout set. A trainer's output dir (``completions/`` or ``rollouts/`` beside ``runs/``,
+    ``tensorboard/``, ``checkpoint-N/``) is its run's territory; with one set, the named directory is."""
+    roots = {
+        key: (key[1] or _common_directory(files)).resolve() for key, files in groups.items() if is_rollouts(key[0])
+    }
+    out: dict[SetKey, Path] = {}
+    for key, root in roots.items():
+        tops = [d for d in directories if _contains(d, root)]
+        if not tops:
+            continue  # named explicitly
+        top = max(tops, key=lambda d: len(d.parts))
+        others = [r for k, r in roots.items() if k != key]
+        if any(_related(root, other) for other in others):
+            continue  # rollout sets nested in each other: the generic rules decide
+        territory = root if root.is_dir() else root.parent
+        if any(_contains(territory, other) for other in others):
+            continue  # a sibling file's run: its directory is shared
+        while territory != top and not any(_contains(territory.parent, other) for other in others):
+            territory = territory.parent
+        out[key] = territory
+    return out
+
+
+def _contains(directory: Path, path: Path) -> bool:
+    return directory == path or directory in path.parents
+
+
+def _territory_of(root: Path, territories: dict[SetKey, Path]) -> SetKey | None:
+    """The rollout set whose territory holds ``root`` (only one can)."""
+    root = root.resolve()
+    owners = [key for key, territory in territories.items() if _contains(territory, root)]
+    return owners[0] if len(owners) == 1 else None
+
+
+def _member_runs(
+    member_files: Sequence[tuple[str, Path]],
+    territories: dict[SetKey, Path],
+    by_rollouts: dict[SetKey, RunInputs],
+    base: Path | None,
+    directories: Sequence[Path],
+) -> list[RunInputs]:
+    """One run per run inside each tracker database; the only one in a rollout set's territory joins it."""
+    found: list[tuple[str, Path, Member]] = []
+    for kind, path in member_files:
+        fmt = FORMATS[kind]
+        assert fmt.members is not None and fmt.root is not None
+        members = fmt.members(path)
+        if not members and not any(d in path.resolve().parents for d in directories):
+            raise InputError(
+                f"{path}: holds no runs (an empty {fmt.hint.split(' (')[0]})",
+                hint="point at the database a training run logged to",
+            )
+        found += [(kind, path, m) for m in members]
+    owners = [_territory_of(FORMATS[kind].root(path), territories) for kind, path, _ in found]  # type: ignore[misc]
+    runs: list[RunInputs] = []
+    for (kind, path, member), owner in zip(found, owners, strict=True):
+        root = FORMATS[kind].root(path)  # type: ignore[misc]
+        if owner is not None and owners.count(owner) == 1:
+            run = by_rollouts[owner]
+        else:
+            prefix = _relative(root, base)
+            run = RunInputs(name=f"{prefix}/{member.name}" if prefix else member.name, root=root)
+            runs.append(run)
+        run.scalar_logs.setdefault(kind, []).append(path)
+        run.member = member.key
+        run.aliases += (member.alias,)
+    return runs
+
+
+def _relative(root: Path, base: Path | None) -> str:
+    """``root`` relative to ``base`` ("" when it is ``base``, above it or beside it)."""
+    if base is None:
+        return ""
+    try:
+        relative = root.resolve().relative_to(base.resolve())
+    except ValueError:
+        return ""
+    return "" if str(relative) == "." else relative.as_posix()
 
 
 def _name(root: Path, base: Path | None) -> str:
+    """The run's root relative to the first directory named (a lone file's run without its suffix)."""
+    if root.suffix and root.is_file():
+        root = root.with_suffix("")
     if base is not None:
         try:
             relative = root.resolve().relative_to(base.resolve())
@@ -158,4 +302,12 @@ def choose_run(runs: Sequence[RunInputs], name: str | None) -> RunInputs:
     for run in runs:
         if name in (run.name, run.root.name, str(run.root)):
             return run
+    matches = [run for run in runs if name in run.aliases or run.root.stem == name]
+    if len(matches) == 1:
+        return matches[0]
+    if matches:
+        raise UsageError(
+            f"--run {name!r} matches {len(matches)} runs: {', '.join(r.name for r in matches)}",
+            hint="pass the full name",
+        )
     raise UsageError(f"--run {name!r} matches no run; found: {', '.join(r.name for r in runs)}")

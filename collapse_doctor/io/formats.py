@@ -18,8 +18,10 @@ To add an input format:
    ``(path, *, start) -> EventFileRead`` (see ``io/scalar_logs.py``).
 2. Register one :class:`Format` below: its ``kind``, ``role``, ``recognise``, ``hint``, ``rank``, the
    ``open`` (rollouts) or ``read`` (scalars) function that calls the reader, and ``root``/``per_step``/
-   ``appends``/``precedence``/``pick``/``own_run`` where the defaults do not fit. The reader must not import
-   this module (the registry imports the readers; tests/unit/test_layers.py forbids import cycles).
+   ``appends``/``precedence``/``pick``/``own_run``/``aliases`` where the defaults do not fit; a file that holds
+   several runs (a tracker's database) also lists them (``members``) and reads one (``read_member``). The reader
+   must not import this module (the registry imports the readers; tests/unit/test_layers.py forbids import
+   cycles).
 3. Add a row to the table in docs/input-formats.md, and tests under tests/unit/io/.
 
 Nothing else changes: discovery, opening, ``watch`` and the hint read the registry.
@@ -33,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from collapse_doctor.errors import InputError
-from collapse_doctor.io import nemo_rl, trl, verl
+from collapse_doctor.io import mlflow_store, nemo_rl, parquet_parts, trackio_db, trl, verl, wandb_log
 from collapse_doctor.io.parquet import PARQUET_SUFFIXES, ParquetRun
 from collapse_doctor.io.scalar_logs import looks_like_verl_file_log, read_verl_file_log, trainer_state_records
 from collapse_doctor.io.tensorboard import EventFileRead, read_event_file
@@ -51,8 +53,29 @@ ScalarReader = Callable[[Path, int], EventFileRead]
 """``read(path, start)``: the scalars of one file from byte ``start`` on (0 unless the format ``appends``)."""
 
 
+MemberReader = Callable[[Path, str], EventFileRead]
+"""``read_member(path, key)``: the scalars of one of the runs a file holds (see :attr:`Format.members`)."""
+
+
 def _parent(path: Path) -> Path:
     return path.parent
+
+
+def _no_aliases(path: Path) -> tuple[str, ...]:
+    return ()
+
+
+@dataclass(frozen=True)
+class Member:
+    """One of the runs a file holds (a run of a Trackio project database or of an MLflow store)."""
+
+    key: str
+    """What the format's ``read_member`` selects the run by (an MLflow run id, a Trackio run name)."""
+    name: str
+    """The run's name, relative to the file's run root (``<file stem>/<run name>``); ``--run`` also takes
+    ``alias``."""
+    alias: str
+    """The bare run name, which ``--run`` matches too."""
 
 
 @dataclass(frozen=True)
@@ -68,8 +91,9 @@ class Format:
     rank: int
     """Discovery handles the file sets in rank order (ties by directory): lower ranks found runs first."""
     root: Callable[[Path], Path] | None = _parent
-    """The root of a file's run (files of one kind with one root are one set); ``None``: every file of this
-    kind named is one set, rooted at their common directory."""
+    """The root of a file's run (files of one kind with one root are one set); ``None``: the files of this kind
+    named explicitly are one set, rooted at their common directory, and those found in directories are split
+    into runs per directory by ``split``."""
     per_step: bool = False
     """Written one file per training step (``watch`` reduces each file once)."""
     open: Opener | None = None
@@ -87,12 +111,25 @@ class Format:
     """Scalars: a set never joins a run that already has files of this kind, and is always kept (event files in
     sibling directories are separate runs, as TensorBoard shows them). Otherwise a set joins the one run it is
     nested with, and is dropped when it is nested with several runs that have scalar logs already."""
+    split: Callable[[Sequence[Path]], list[list[Path]]] | None = None
+    """Rollouts without a ``root``: how the files found in one directory (a named directory's subdirectory, Hive
+    partition folders ``key=value/`` included) divide into runs; default: one run. Files named explicitly are
+    one run."""
+    members: Callable[[Path], list[Member]] | None = None
+    """Scalars: the runs one file holds (a Trackio project, an MLflow store). Discovery makes each its own run
+    (joined to a directory's one set of rollouts only when it is the directory's only tracker run) and
+    ``read_member`` reads it; ``read`` reads a file that holds one run."""
+    read_member: MemberReader | None = None
+    aliases: Callable[[Path], tuple[str, ...]] = _no_aliases
+    """Scalars: other names ``--run`` picks the file's run by (a W&B run's id and display name)."""
 
     def __post_init__(self) -> None:
         if self.role == ROLLOUTS and self.open is None:
             raise ValueError(f"rollout format {self.kind!r} needs `open`")
         if self.role == SCALARS and self.read is None:
             raise ValueError(f"scalar format {self.kind!r} needs `read`")
+        if (self.members is None) != (self.read_member is None):
+            raise ValueError(f"format {self.kind!r}: `members` and `read_member` go together")
         if self.role not in (ROLLOUTS, SCALARS):
             raise ValueError(f"format {self.kind!r}: role must be {ROLLOUTS!r} or {SCALARS!r}")
 
@@ -190,6 +227,42 @@ def _read_verl_file_log(path: Path, start: int) -> EventFileRead:
     return read_verl_file_log(path, start=start)
 
 
+def _read_wandb(path: Path, start: int) -> EventFileRead:
+    return wandb_log.read_wandb_log(path, start=start)
+
+
+def _wandb_aliases(path: Path) -> tuple[str, ...]:
+    return wandb_log.run_names(path)
+
+
+def _named(runs: Sequence[tuple[str, str, str]], prefix: str) -> list[Member]:
+    return [Member(key=key, name=f"{prefix}/{name}", alias=bare) for key, name, bare in runs]
+
+
+def _trackio_members(path: Path) -> list[Member]:
+    return [Member(key=name, name=f"{path.stem}/{name}", alias=name) for name in trackio_db.trackio_runs(path)]
+
+
+def _read_trackio(path: Path, start: int) -> EventFileRead:
+    return trackio_db.read_trackio_db(path)
+
+
+def _mlflow_db_members(path: Path) -> list[Member]:
+    return _named(mlflow_store.mlflow_db_runs(path), path.stem)
+
+
+def _read_mlflow_db(path: Path, start: int) -> EventFileRead:
+    return mlflow_store.read_mlflow_db(path)
+
+
+def _file_store_members(path: Path) -> list[Member]:
+    return _named(mlflow_store.file_store_runs(path), path.parent.parent.name)
+
+
+def _read_file_store(path: Path, start: int) -> EventFileRead:
+    return mlflow_store.read_file_store(path)
+
+
 def _looks_like_verl_file_log(path: Path, first_line: FirstLine) -> bool:
     return path.suffix == ".jsonl" and looks_like_verl_file_log(first_line())
 
@@ -262,6 +335,7 @@ register(
         rank=1,
         root=None,
         open=_open_parquet,
+        split=parquet_parts.split_directory,
     )
 )
 register(
@@ -296,6 +370,61 @@ register(
         rank=3,
         per_step=True,
         open=_open_verl,
+    )
+)
+
+register(
+    Format(
+        kind="wandb",
+        role=SCALARS,
+        recognise=lambda path, _: path.suffix == ".wandb" and bool(wandb_log.FILE_NAME.fullmatch(path.name)),
+        hint="W&B run files (wandb/run-*/run-<id>.wandb)",
+        rank=5,
+        read=_read_wandb,
+        appends=True,
+        precedence=3,
+        own_run=True,
+        aliases=_wandb_aliases,
+    )
+)
+register(
+    Format(
+        kind="trackio",
+        role=SCALARS,
+        recognise=lambda path, _: trackio_db.looks_like_trackio(path),
+        hint="Trackio project databases (<project>.db)",
+        rank=6,
+        read=_read_trackio,
+        precedence=4,
+        members=_trackio_members,
+        read_member=trackio_db.read_trackio_run,
+    )
+)
+register(
+    Format(
+        kind="mlflow_db",
+        role=SCALARS,
+        recognise=lambda path, _: mlflow_store.looks_like_mlflow_db(path),
+        hint="MLflow SQLite stores (mlflow.db)",
+        rank=7,
+        read=_read_mlflow_db,
+        precedence=5,
+        members=_mlflow_db_members,
+        read_member=mlflow_store.read_mlflow_db_run,
+    )
+)
+register(
+    Format(
+        kind="mlflow_files",
+        role=SCALARS,
+        recognise=lambda path, _: mlflow_store.looks_like_file_store(path),
+        hint="MLflow file stores (mlruns/)",
+        rank=8,
+        root=mlflow_store.store_root,
+        read=_read_file_store,
+        precedence=6,
+        members=_file_store_members,
+        read_member=mlflow_store.read_file_store_run,
     )
 )
 

@@ -38,10 +38,11 @@ def open_rollouts(
 
 
 def read_scalar_log(run: RunInputs, cache: ScalarCache | None = None) -> ScalarSeries | None:
-    """The run's scalar log in canonical names (event files, else trainer_state.json, else verl file logs), or
-    ``None`` when it has none. ``cache`` (``watch``) keeps what earlier reads of growing files parsed."""
+    """The run's scalar log in canonical names (event files, else trainer_state.json, else verl file logs, else a
+    tracker's files), or ``None`` when it has none; of a tracker database, the run's ``member``. ``cache``
+    (``watch``) keeps what earlier reads of growing files parsed."""
     kind = run.scalar_kind
     if kind is None:
         return None
-    log = (cache or ScalarCache()).read(run.scalar_files(), kind)
+    log = (cache or ScalarCache()).read(run.scalar_files(), kind, member=run.member)
     return scalar_series(log.tags, points=log.points, sources=log.files, notes=log.notes())

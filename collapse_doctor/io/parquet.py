@@ -29,15 +29,19 @@ import pyarrow.parquet as pq
 from collapse_doctor.batching import StackedChunk, chunk_steps, stack_chunk
 from collapse_doctor.errors import InputError, SchemaError
 from collapse_doctor.io.paths import expand_paths
+from collapse_doctor.io.remote import RemotePath
 from collapse_doctor.schema import (
     GROUND_TRUTH_METADATA_KEY,
+    GROUP_ID,
     ColumnMap,
     RewardColumn,
     RolloutBatch,
     check_same_layout,
     discover_columns,
+    discover_reward_name,
     metadata_weights,
     resolve_weights,
+    unified_types,
 )
 
 BATCH_ROWS = 262_144
@@ -82,13 +86,30 @@ def weight_channels(names: Sequence[str]) -> tuple[str, ...]:
     return tuple(n[len(prefix) :] for n in names if n.startswith(prefix) and len(n) > len(prefix))
 
 
+def _is_utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def open_parquet(path: Path) -> pq.ParquetFile:
     """Open a Parquet file, turning pyarrow's errors into one-line :class:`InputError`s."""
-    try:
-        with path.open("rb") as handle:
-            head = handle.read(4)
-    except OSError as exc:
-        raise InputError(f"{path}: cannot read file ({exc.strerror or exc})") from exc
+    if isinstance(path, RemotePath):
+        # One ranged handle for the magic bytes and pyarrow (footer, then one column chunk per read).
+        handle = path.open("rb")
+        head = handle.read(4)
+        handle.seek(0)
+        source: Path | Any = handle
+    else:
+        try:
+            with path.open("rb") as local:
+                head = local.read(4)
+        except OSError as exc:
+            raise InputError(f"{path}: cannot read file ({exc.strerror or exc})") from exc
+        # pyarrow takes paths as UTF-8; a name that is not (undecodable bytes on Linux) is opened by Python.
+        source = path if str(path).isprintable() or _is_utf8(str(path)) else path.open("rb")
     if head != _MAGIC:
         raise InputError(
             f"{path}: not a Parquet file (it does not start with the Parquet magic bytes)",
@@ -97,7 +118,7 @@ def open_parquet(path: Path) -> pq.ParquetFile:
     try:
         # pre_buffer=False: with pre-buffering, iter_batches keeps every row group it read until the file
         # is closed, so memory would grow with the run (measured in docs/benchmarks.md).
-        return pq.ParquetFile(path, pre_buffer=False)
+        return pq.ParquetFile(source, pre_buffer=False)
     except (pa.ArrowException, OSError) as exc:
         raise InputError(
             f"{path}: truncated or corrupt Parquet file ({_first_line(exc)})",
@@ -110,9 +131,18 @@ def _first_line(exc: BaseException) -> str:
     return text[0] if text else type(exc).__name__
 
 
-def _iter_batches(pf: pq.ParquetFile, path: Path, columns: list[str]) -> Iterator[pa.RecordBatch]:
+def _iter_batches(
+    pf: pq.ParquetFile, path: Path, columns: list[str], unify: Mapping[str, pa.DataType] | None = None
+) -> Iterator[pa.RecordBatch]:
+    """The file's record batches of ``columns``; ``unify`` casts the columns whose type differs between files."""
     try:
-        yield from pf.iter_batches(batch_size=BATCH_ROWS, columns=columns)
+        for batch in pf.iter_batches(batch_size=BATCH_ROWS, columns=columns):
+            if unify:
+                for name, dtype in unify.items():
+                    index = batch.schema.get_field_index(name)
+                    if index >= 0 and batch.schema.field(index).type != dtype:
+                        batch = batch.set_column(index, name, pc.cast(batch.column(index), dtype))
+            yield batch
     except (pa.ArrowException, OSError) as exc:
         raise InputError(
             f"{path}: cannot read data ({_first_line(exc)})", hint="the file may be truncated or corrupt"
@@ -133,6 +163,24 @@ def to_float32(array: pa.Array) -> np.ndarray:
     if pa.types.is_decimal(array.type) or pa.types.is_null(array.type):
         array = pc.cast(array, pa.float64())
     return np.asarray(pc.cast(array, pa.float32()).to_numpy(zero_copy_only=False), dtype=np.float32)
+
+
+REWARD_MAGNITUDE_LIMIT = 1e12
+"""The largest reward magnitude accepted. The engine computes in float32 (24-bit mantissa) and bins reward totals
+to 1e-5 in 64-bit integers for its tie counts; beyond about 1e13 those bins overflow and float32 keeps no
+digit below the unit, so the statistics would stop being the same at every scale. Advantages do not depend on
+a common scale of the rewards, so dividing every channel by one power of ten loses nothing."""
+
+
+def _huge_rewards(reward: RewardColumn, values: pa.Array, count: int, path: Path) -> None:
+    finite = values.filter(pc.is_finite(values)) if pa.types.is_floating(values.type) else values
+    largest = float(pc.max(pc.abs(pc.cast(finite, pa.float64()))).as_py() or 0.0)
+    raise SchemaError(
+        f"{path}: reward column {reward.label!r} has {count} row(s) with a magnitude above "
+        f"{REWARD_MAGNITUDE_LIMIT:.0e} (largest {largest:.3g})",
+        hint="collapse-doctor computes in float32: rescale the rewards, dividing every channel by the same power "
+        "of ten (advantages do not change under a common scale)",
+    )
 
 
 def _step_values(array: pa.Array, path: Path, column: str) -> np.ndarray:
@@ -166,6 +214,13 @@ class IngestNotes:
     repeated_group_rows: int = 0
     groups_checked: int = 0
     """Groups the repeat check looked at (two or more rows with two or more different completions)."""
+    group_column_ignored: str | None = None
+    """The group column that ``--group-size`` overrode (its blocks win over the column)."""
+    later_reward_columns: dict[str, int] = field(default_factory=dict)
+    """Reward-like columns the first file lacks, with how many later files have them (not read)."""
+    files: int = 0
+    identical_files: list[tuple[str, str]] = field(default_factory=list)
+    """Input pairs with the same size and Parquet footer: most likely one file copied under two names."""
 
     def warnings(self) -> list[str]:
         out = [
@@ -173,6 +228,18 @@ class IngestNotes:
             for channel, count in sorted(self.nan_rewards.items())
             if count
         ]
+        if self.group_column_ignored:
+            out.append(
+                f"--group-size overrides the {self.group_column_ignored!r} column: groups are consecutive blocks of "
+                f"rows (pass --group-col {self.group_column_ignored} to use the column)"
+            )
+        for column, count in sorted(self.later_reward_columns.items()):
+            out.append(
+                f"{column!r} is in {count} of {self.files} files but not in the first one: not read (scan those "
+                "files on their own, or put the column in every file)"
+            )
+        for first, copy in self.identical_files:
+            out.append(f"{copy} has the same size and Parquet footer as {first}: the same file given twice?")
         singletons = self.group_sizes.get(1, 0)
         if singletons:
             out.append(f"{singletons} group(s) of size 1: they carry no ranking signal (advantage 0)")
@@ -263,6 +330,7 @@ class ParquetRun:
         )
         for path, handle in zip(self.files[1:], self._handles[1:], strict=True):
             check_same_layout(handle.schema_arrow, self.columns, source=str(path))
+        self._unify = unified_types([h.schema_arrow for h in self._handles], self.columns, [str(p) for p in self.files])
         self.metadata: dict[bytes, bytes] = dict(first.metadata.metadata or {}) if first.metadata else {}
         stored = metadata_weights(self.metadata, source=str(self.files[0]))
         self.channels: tuple[str, ...] = self.columns.channels
@@ -271,12 +339,32 @@ class ParquetRun:
         """Where :attr:`weights` came from: "--weights", "file metadata" or "default 1.0" (joined with " + ")."""
         self.dynamic_weight_channels = weight_channels(first.schema_arrow.names)
         """Channels whose per-row weights the rollouts carry (``weight/<channel>`` columns of the first file)."""
-        self.notes = IngestNotes()
+        self.notes = IngestNotes(files=len(self.files))
+        self._note_layout(group_col, group_size)
         self._last_row: dict[int, int] = {}
         self.num_rows = 0
         self.sorted_steps = True
         """Whether steps never decrease in reading order (then :meth:`iter_chunks` takes its fast path)."""
         self._scan()
+
+    def _note_layout(self, group_col: str | None, group_size: int | None) -> None:
+        """What the layout leaves unread, for the warnings: an overridden group column, reward columns that only
+        later files have, and files that look like copies of each other."""
+        first = self._handles[0].schema_arrow
+        if group_size is not None and group_col is None and GROUP_ID in first.names:
+            self.notes.group_column_ignored = GROUP_ID
+        known = set(first.names)
+        later: Counter[str] = Counter()
+        for handle in self._handles[1:]:
+            later.update(n for n in handle.schema_arrow.names if n not in known and discover_reward_name(n))
+        self.notes.later_reward_columns = dict(later)
+        seen: dict[tuple[int, int, int], int] = {}
+        for index, handle in enumerate(self._handles):
+            meta = handle.metadata
+            key = (meta.num_rows, meta.num_row_groups, meta.serialized_size)
+            earlier = seen.setdefault(key, index)
+            if earlier != index and meta.equals(self._handles[earlier].metadata):
+                self.notes.identical_files.append((str(self.files[earlier]), str(self.files[index])))
 
     @property
     def steps(self) -> list[int]:
@@ -302,11 +390,11 @@ class ParquetRun:
         offset = 0
         previous: int | None = None
         for path, handle in zip(self.files, self._handles, strict=True):
-            for batch in _iter_batches(handle, path, read):
+            for batch in _iter_batches(handle, path, read, self._unify):
                 steps = _step_values(batch.column(cols.step), path, cols.step)
                 if early:
                     rewards = np.stack([to_float32(reward_array(batch, r)) for r in cols.rewards], axis=1)
-                    for channel, count in self._count_rewards(rewards).items():
+                    for channel, count in self._count_rewards(rewards, batch, path).items():
                         inf_rows[channel] += count
                         inf_file.setdefault(channel, path)
                 if len(steps):
@@ -328,16 +416,36 @@ class ParquetRun:
         if self.num_rows == 0:
             names = ", ".join(str(f) for f in self.files[:3])
             raise InputError(f"{names}: the input has no rows", hint="point at a run that logged rollouts")
+        if early:
+            self._check_some_reward()
 
-    def _count_rewards(self, rewards: np.ndarray) -> dict[str, int]:
-        """Add the NaN counts of a block of rewards ``[N, C]`` to the notes; return +-inf counts per channel."""
+    def _check_some_reward(self) -> None:
+        """A run whose every reward is NaN has nothing to judge: an error, not a healthy verdict."""
+        if all(self.notes.nan_rewards[r.channel] >= self.num_rows for r in self.columns.rewards):
+            names = ", ".join(str(f) for f in self.files[:3]) + (" ..." if len(self.files) > 3 else "")
+            columns = ", ".join(r.label for r in self.columns.rewards)
+            raise InputError(
+                f"{names}: no finite reward in any channel ({columns}: all {self.num_rows:,} rows NaN or null)",
+                hint="check that the reward functions ran (None means 'not applicable'), or pass --reward-cols",
+            )
+
+    def _count_rewards(self, rewards: np.ndarray, source: pa.RecordBatch | pa.Table, path: Path) -> dict[str, int]:
+        """Add the NaN counts of a block of rewards ``[N, C]`` to the notes; return +-inf counts per channel.
+
+        A finite reward beyond :data:`REWARD_MAGNITUDE_LIMIT` (``source`` tells it from a true infinity that the
+        float32 conversion also gives) is an error naming the column and the range.
+        """
         nan = np.isnan(rewards).sum(axis=0)
-        infinite = np.isinf(rewards).sum(axis=0)
+        beyond = (np.abs(rewards) > REWARD_MAGNITUDE_LIMIT).sum(axis=0)  # +-inf included
         found = {}
         for k, reward in enumerate(self.columns.rewards):
             self.notes.nan_rewards[reward.channel] += int(nan[k])
-            if infinite[k]:
-                found[reward.channel] = int(infinite[k])
+            if beyond[k]:
+                values = reward_array(source, reward)
+                infinite = int(pc.sum(pc.is_inf(values)).as_py() or 0) if pa.types.is_floating(values.type) else 0
+                if infinite < beyond[k]:
+                    _huge_rewards(reward, values, int(beyond[k]) - infinite, path)
+                found[reward.channel] = infinite
         return found
 
     def _infinite_rewards(self, channel: str, count: int, path: Path) -> None:
@@ -347,10 +455,10 @@ class ParquetRun:
             hint="rewards must be finite; use NaN (None in TRL) for 'not applicable'",
         )
 
-    def _check_rewards_late(self, rewards: np.ndarray, path: Path) -> None:
+    def _check_rewards_late(self, rewards: np.ndarray, source: pa.RecordBatch | pa.Table, path: Path) -> None:
         """With ``check_rewards_first=False``, pass 2 counts NaN and rejects +-inf as it reads."""
         if not self.check_rewards_first:
-            for channel, count in self._count_rewards(rewards).items():
+            for channel, count in self._count_rewards(rewards, source, path).items():
                 self._infinite_rewards(channel, count, path)
 
     def iter_steps(self) -> Iterator[RolloutBatch]:
@@ -360,7 +468,7 @@ class ParquetRun:
         pending: dict[int, list[tuple[np.ndarray, pa.RecordBatch]]] = {}
         offset = 0
         for path, handle in zip(self.files, self._handles, strict=True):
-            for batch in _iter_batches(handle, path, read):
+            for batch in _iter_batches(handle, path, read, self._unify):
                 n = batch.num_rows
                 steps = _step_values(batch.column(cols.step), path, cols.step)
                 order = np.argsort(steps, kind="stable")
@@ -375,6 +483,8 @@ class ParquetRun:
                 done = sorted(s for s in pending if self._last_row[s] < offset)
                 for step in done:
                     yield self._assemble(step, pending.pop(step), path)
+        if not self.check_rewards_first:
+            self._check_some_reward()
 
     def iter_chunks(self, max_rows: int) -> Iterator[StackedChunk]:
         """Pass 2 in chunks of whole steps (about ``max_rows`` rows; a larger step stays whole).
@@ -391,7 +501,7 @@ class ParquetRun:
         pending: list[pa.RecordBatch] = []
         rows = offset = 0
         for path, handle in zip(self.files, self._handles, strict=True):
-            for batch in _iter_batches(handle, path, read):
+            for batch in _iter_batches(handle, path, read, self._unify):
                 if cols.group is not None and batch.column(cols.group).null_count:
                     self._null_groups(batch, path)
                 pending.append(batch)
@@ -412,6 +522,8 @@ class ParquetRun:
             table = pa.Table.from_batches(pending)
             steps = _step_values(table.column(cols.step).combine_chunks(), self.files[-1], cols.step)
             yield self._stack(table, steps, self.files[-1])
+        if not self.check_rewards_first:
+            self._check_some_reward()
 
     def _null_groups(self, batch: pa.RecordBatch, path: Path) -> None:
         cols = self.columns
@@ -449,7 +561,7 @@ class ParquetRun:
             self.notes.duplicate_rows += _count_duplicates(table, group_index, cols)
             self._count_repeats(table, group_index, step_index)
         rewards = np.stack([to_float32(reward_array(table, r)) for r in cols.rewards], axis=1)
-        self._check_rewards_late(rewards, path)
+        self._check_rewards_late(rewards, table, path)
         logged = None
         if cols.advantage:  # writable: torch wants to own what it wraps
             logged = np.require(to_float32(table.column(cols.advantage).chunk(0)), requirements="W")
@@ -467,7 +579,7 @@ class ParquetRun:
         row_ids = np.concatenate([ids for ids, _ in parts])
         table = pa.Table.from_batches([b for _, b in parts]).combine_chunks()
         rewards = np.stack([to_float32(reward_array(table, r)) for r in cols.rewards], axis=1)
-        self._check_rewards_late(rewards, path)
+        self._check_rewards_late(rewards, table, path)
         group_keys, group_index = self._groups(table, step, path)
         num_groups = int(group_index.max()) + 1 if len(group_index) else 0
         sizes = np.bincount(group_index, minlength=num_groups)

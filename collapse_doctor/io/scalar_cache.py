@@ -23,14 +23,20 @@ class ScalarCache:
     def __init__(self) -> None:
         self._reads: dict[Path, list[EventFileRead]] = {}
 
-    def read(self, files: Sequence[Path], kind: str | None = None) -> ScalarLog:
+    def read(self, files: Sequence[Path], kind: str | None = None, *, member: str | None = None) -> ScalarLog:
         """The scalars of one run's files of one kind (default: each file's own), read in name order (which
-        TensorBoard makes time order) and merged: SessionLog purges, latest wall time per (tag, step)."""
+        TensorBoard makes time order) and merged: SessionLog purges, latest wall time per (tag, step).
+
+        ``member`` selects one run of a file that holds several (a tracker database: its format's
+        ``read_member``); such files are read whole every time."""
         ordered = sorted(files, key=lambda p: (p.name, str(p)))
         parts: list[EventFileRead] = []
         for path in ordered:
             fmt = scalar_format(kind, path)
             assert fmt.read is not None  # every scalar format reads
+            if member is not None and fmt.read_member is not None:
+                parts.append(fmt.read_member(path, member))
+                continue
             if not fmt.appends:
                 parts.append(fmt.read(path, 0))
                 continue

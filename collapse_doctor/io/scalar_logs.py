@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from collapse_doctor.errors import InputError
+from collapse_doctor.io.remote import input_path
 from collapse_doctor.io.tensorboard import EventFileRead, ScalarLog, merge_reads, read_from
 
 
@@ -75,7 +76,7 @@ def read_trainer_state(path: str | Path) -> ScalarLog:
 def trainer_state_records(path: str | Path) -> EventFileRead:
     """The numeric entries of a ``trainer_state.json`` ``log_history`` as one read (the file is rewritten, so
     it is always read whole)."""
-    path = Path(path)
+    path = input_path(path)  # a RemotePath stays one
     try:
         state = json.loads(path.read_text(encoding="utf-8"))
     except OSError as exc:
@@ -112,31 +113,39 @@ def _jsonl_lines(path: Path, start: int) -> tuple[list[tuple[int, str]], int]:
     return lines, start + cut
 
 
+def _line_number(path: Path, start: int, index: int) -> int:
+    """The 1-based line number of the ``index``-th line read from byte ``start`` (as JSONL errors everywhere say:
+    the lines before ``start`` are counted only here, on the error path)."""
+    before = read_from(path, 0)[:start].count(b"\n") if start else 0
+    return before + index + 1
+
+
 def read_verl_file_log(path: str | Path, *, start: int = 0) -> EventFileRead:
     """verl's file logger: ``{"step": N, "data": {tag: value}}`` per line (only complete lines are read)."""
-    path = Path(path)
+    path = input_path(path)  # a RemotePath stays one
     lines, end = _jsonl_lines(path, start)
     records = []
-    for offset, line in lines:
+    for index, (_, line) in enumerate(lines):
         if not line.strip():
             continue
+        where = f"line {_line_number(path, start, index)}"
         try:
             obj = json.loads(line)
         except ValueError as exc:
             raise InputError(
-                f"{path}: line at byte {offset} is not JSON ({exc})",
+                f"{path}: {where} is not JSON ({exc})",
                 hint="pass verl's file-logger JSONL, one JSON object per line",
             ) from exc
         if not isinstance(obj, dict) or not isinstance(obj.get("data"), dict) or "step" not in obj:
             raise InputError(
-                f"{path}: line at byte {offset} is not a verl file-logger record (expected keys 'step' and 'data')",
+                f"{path}: {where} is not a verl file-logger record (expected keys 'step' and 'data')",
                 hint="pass verl's file-logger JSONL, or rollout dumps as <rollout_data_dir>/<step>.jsonl",
             )
         try:
             number = int(obj["step"])
         except (TypeError, ValueError) as exc:
             raise InputError(
-                f"{path}: line at byte {offset}: 'step' is not an integer: {obj['step']!r}",
+                f"{path}: {where}: 'step' is not an integer: {obj['step']!r}",
                 hint="verl's file logger writes the training step as an integer",
             ) from exc
         data = {str(k): n for k, v in obj["data"].items() if (n := _number(v)) is not None}

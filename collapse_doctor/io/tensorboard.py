@@ -33,6 +33,7 @@ import numpy as np
 from collapse_doctor.errors import InputError
 from collapse_doctor.io.crc32c import NATIVE_CRC, VECTOR_MAX_BYTES, masked_crc32c, masked_crc32c_many
 from collapse_doctor.io.event_fastpath import decode_simple_values
+from collapse_doctor.io.remote import input_path
 from collapse_doctor.scalars import TagPoints
 
 __all__ = ["EventFileRead", "ScalarLog", "merge_reads", "read_event_file", "read_from"]
@@ -191,7 +192,7 @@ def read_event_file(path: str | Path, *, start: int = 0) -> EventFileRead:
     """Read the scalars of one event file from byte ``start`` on (0: the whole file)."""
     from tensorboard.compat.proto.event_pb2 import Event
 
-    path = Path(path)
+    path = input_path(path)  # a RemotePath stays one
     data = read_from(path, start)
     starts, lengths, truncated, bad_tail = _walk(data)
     _check_crcs(data, starts, lengths, path, start)  # the first bad record, if the walk went astray before

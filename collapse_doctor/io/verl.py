@@ -2,9 +2,10 @@
 
 verl writes one JSON object per sampled response: ``input`` (prompt text), ``output`` (response text),
 ``score``, ``step``, ``gts`` (ground truth) and, when ``compute_score`` returns a dict, one key per reward
-component. No uid is written and rows are not in group order, so groups are rebuilt from identical
-``input`` text within a step. The channels are the numeric reward components when there are any (``score``
-is then their combination), else ``score`` itself.
+component. Rows are not in group order. Dumps that carry a ``uid`` key on every record (the v1 trainer
+writes the group's uid, shared by the ``rollout.n`` responses of one prompt) use it as the group id; older
+dumps have none, so groups are rebuilt from identical ``input`` text within a step. The channels are the
+numeric reward components when there are any (``score`` is then their combination), else ``score`` itself.
 """
 
 from __future__ import annotations
@@ -70,12 +71,17 @@ def open_verl_rollouts(
                 hint="verl writes the training step as an integer; fix the records, or remove 'step' to take it "
                 "from the file name <step>.jsonl",
             ) from exc
-    if group_size is None and "input" not in keys:
+    uids = [r.get("uid") for r in rows]
+    has_uid = all(isinstance(u, (str, int)) and not isinstance(u, bool) for u in uids)
+    if group_size is None and not has_uid and "input" not in keys:
         raise SchemaError(
-            f"{label}: no 'input' key in the verl rollout dumps, so groups cannot be rebuilt; found keys: {keys}",
+            f"{label}: neither 'uid' nor 'input' keys in the verl rollout dumps, so groups cannot be rebuilt; "
+            f"found keys: {keys}",
             hint="pass --group-size N if the responses of one prompt are consecutive",
         )
     columns: dict[str, Any] = {"step": pa.array(steps, pa.int64())}
+    if has_uid:
+        columns["group_id"] = pa.array([str(u) for u in uids])
     for name in channels:
         try:
             columns[channel_column(name)] = pa.array([r.get(name) for r in rows], pa.float64())

@@ -83,6 +83,26 @@ def test_verl_rollout_dumps_rebuild_groups_from_input_text(tmp_path: Path) -> No
     assert diagnosis.run.steps == STEPS
 
 
+def test_verl_uid_is_the_group_id(tmp_path: Path) -> None:
+    """The v1 trainer's ``uid`` marks the ``rollout.n`` responses of one prompt. Here every prompt text is sampled
+    by two groups (a small dataset repeated within a batch): grouping by text would merge them into groups of
+    2 * SIZE, the uid keeps the 2 * GROUPS groups of SIZE apart."""
+    rng = np.random.default_rng(3)
+    dump = tmp_path / "rollouts"
+    dump.mkdir()
+    for step in range(1, STEPS + 1):
+        rows = [
+            {"input": f"q{g % GROUPS}", "output": "o", "score": float(rng.random() < 0.5), "step": step, "uid": f"u{g}"}
+            for g in range(2 * GROUPS)
+            for _ in range(SIZE)
+        ]
+        order = rng.permutation(len(rows))
+        (dump / f"{step}.jsonl").write_text("".join(json.dumps(rows[i]) + "\n" for i in order))
+    diagnosis = diagnose([dump], ScanOptions.of(device="cpu"))
+    assert diagnosis.run.groups == STEPS * 2 * GROUPS
+    assert diagnosis.run.group_size_min == diagnosis.run.group_size_max == SIZE
+
+
 def test_nemo_rl_training_data(tmp_path: Path) -> None:
     rng = np.random.default_rng(2)
     logs = tmp_path / "logs" / "exp_001"

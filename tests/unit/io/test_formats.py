@@ -6,6 +6,7 @@ import csv
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -37,6 +38,7 @@ from collapse_doctor.io.tensorboard import EventFileRead
 from collapse_doctor.options import ReadOptions
 from tests.helpers.scalar_runs import scalar_event, write_raw
 from tests.helpers.tables import make_table
+from tests.helpers.trackers import TRACKER_KINDS, one_point_file
 
 
 def _jsonl(path: Path, rows: Sequence[dict[str, object]]) -> Path:
@@ -93,6 +95,7 @@ WRITERS: dict[str, Callable[[Path], Path]] = {
     "events": _events,
     "trainer_state": _trainer_state,
     "verl_file_log": _verl_file_log,
+    **{kind: partial(one_point_file, kind) for kind in TRACKER_KINDS},
 }
 """A small file of each built-in format, as its trainer writes it."""
 
@@ -132,6 +135,8 @@ def test_the_hint_names_every_format_rollouts_first() -> None:
         == (
             "collapse-doctor reads Parquet rollout tables, TRL completions/completions_<step>.parquet, verl "
             "<rollout_data_dir>/<step>.jsonl, NeMo-RL train_data_step<N>.jsonl, TensorBoard event files, "
+            "W&B run files (wandb/run-*/run-<id>.wandb), Trackio project databases (<project>.db), MLflow SQLite "
+            "stores (mlflow.db), MLflow file stores (mlruns/), "
             "trainer_state.json and verl file-logger JSONL (docs/input-formats.md); rename rollout dumps to those "
             "names, and map a Parquet table's own column names with --step-col, --group-col or --group-size, and "
             "--reward-cols"
