@@ -6,8 +6,9 @@ the same seed, batch (8 prompts x 8 completions), completion length (8 tokens) a
 what collapse-doctor adds:
 
 ``trl-grpo``   ``trl.GRPOTrainer``, ``multi_objective_aggregation="sum_then_normalize"``, no monitoring
-``cd-dynamic`` ``MonitoredGRPOTrainer`` with gdpo-dynamic advantages, the rollout Parquet parts
-               (every 10 steps) and TensorBoard scalars, and the collapse-doctor callback
+``cd-dynamic`` ``trl.GRPOTrainer`` with retrain's callbacks: ``CollapseDoctorCallback`` (gdpo-dynamic
+               advantages, the rollout Parquet parts every 10 steps, TensorBoard scalars, the detectors) and
+               ``RetrainCallback``
 
 Step time is measured by the same callback in both (``on_step_begin`` -> ``on_step_end``: generation,
 rewards, advantages, monitoring, loss and optimizer). The first ``--warmup`` steps of each run are
@@ -18,8 +19,9 @@ the median over repeats of the paired ratio (each repeat's ours / trl medians, r
 which load drifts between repeats do not skew; the ratio of the pooled medians is reported too.
 
 Wall-clock ratios on a busy machine are noisy, so the script also times collapse-doctor's own code
-inside the ``cd-dynamic`` runs (the dynamic-weight step, ``RolloutMonitor.record`` with its Parquet and
-TensorBoard writes, the callback) and reports it per step, next to the median step time.
+inside the ``cd-dynamic`` runs (the dynamic-weight step and the recording of each batch, the parts with their
+Parquet and TensorBoard writes, the detectors, both callbacks) and reports it per step, next to the median step
+time.
 
     .venv/bin/python benchmarks/bench_retrain.py                   # 10 repeats x 40 steps per variant
     .venv/bin/python benchmarks/bench_retrain.py --repeats 20 --steps 60 --out report.md
@@ -82,21 +84,15 @@ class OwnTime:
         setattr(owner, name, timed)
 
 
-def run_variant(variant: str, steps: int, out: Path, seed: int) -> tuple[list[float], float]:
-    from trl import GRPOConfig, GRPOTrainer
+def demo_trainer_kwargs(out: Path, steps: int, seed: int, aggregation: str, logging_steps: int) -> dict[str, Any]:
+    """``GRPOTrainer`` keywords for the demo model and task: 8 prompts x 8 completions, 8 tokens, learning rate 0."""
+    from trl import GRPOConfig
 
-    from collapse_doctor.retrain.callbacks import CollapseDoctorCallback, InterruptFlag, StopState
     from collapse_doctor.retrain.data import to_dataset
     from collapse_doctor.retrain.demo import DEMO_REWARDS, build_char_tokenizer, build_tiny_model, demo_rows
-    from collapse_doctor.retrain.dynamic import DynamicWeighting
-    from collapse_doctor.retrain.monitor import RolloutMonitor
     from collapse_doctor.retrain.rewards import named_reward, parse_rewards
-    from collapse_doctor.retrain.trainer import MonitoredGRPOTrainer
 
-    specs = parse_rewards(DEMO_REWARDS)
-    channels = tuple(s.name for s in specs)
     tokenizer = build_char_tokenizer()
-    model = build_tiny_model(tokenizer, seed=seed)
     args = GRPOConfig(
         output_dir=str(out),
         max_steps=steps,
@@ -104,8 +100,8 @@ def run_variant(variant: str, steps: int, out: Path, seed: int) -> tuple[list[fl
         num_generations=8,
         max_completion_length=8,
         learning_rate=0.0,
-        multi_objective_aggregation="sum_then_normalize" if variant == "trl-grpo" else "normalize_then_sum",
-        logging_steps=10_000,
+        multi_objective_aggregation=aggregation,
+        logging_steps=logging_steps,
         save_strategy="no",
         report_to=[],
         seed=seed,
@@ -114,33 +110,77 @@ def run_variant(variant: str, steps: int, out: Path, seed: int) -> tuple[list[fl
         disable_tqdm=True,
         dataloader_num_workers=0,
     )
-    timer = StepTimer()
-    common: dict[str, Any] = {
-        "model": model,
-        "reward_funcs": [named_reward(s) for s in specs],
+    return {
+        "model": build_tiny_model(tokenizer, seed=seed),
+        "reward_funcs": [named_reward(s) for s in parse_rewards(DEMO_REWARDS)],
         "args": args,
         "train_dataset": to_dataset(demo_rows()),
         "processing_class": tokenizer,
     }
+
+
+def recipes_transform(channels: tuple[str, ...]) -> Any:
+    """``--recipes``: every recipe at once (GRPO to step 10, then gdpo-dynamic with a temperature schedule, the last
+    channel from step 5, conditioned on the second, std-triggered clipping): the most per-step work they add."""
+    from collapse_doctor.retrain.recipes import ScheduledAdvantages
+    from collapse_doctor.retrain.schedule import Condition, HybridSwitch, RecipeSchedule
+
+    schedule = RecipeSchedule(
+        "gdpo-dynamic",
+        channels,
+        ((0, 0.7), (20, 0.4)),
+        hybrid=HybridSwitch(step=10),
+        channel_start={channels[-1]: 5},
+        conditions=(Condition(channels[-1], channels[1], ">=", 1.0),),
+        clip_when_std_above=0.9,
+    )
+    return ScheduledAdvantages(schedule, base_weights=(1.0,) * len(channels), step_of=lambda: 0, upper=0.8)
+
+
+def run_variant(variant: str, steps: int, out: Path, seed: int) -> tuple[list[float], float]:
+    from trl import GRPOTrainer
+
+    from collapse_doctor.integrations.trl import CollapseDoctorCallback
+    from collapse_doctor.retrain.callbacks import InterruptFlag, RetrainCallback
+    from collapse_doctor.retrain.demo import DEMO_REWARDS
+    from collapse_doctor.retrain.dynamic import DynamicWeighting
+    from collapse_doctor.retrain.rewards import parse_rewards
+
+    channels = tuple(s.name for s in parse_rewards(DEMO_REWARDS))
+    aggregation = "sum_then_normalize" if variant == "trl-grpo" else "normalize_then_sum"
+    common = demo_trainer_kwargs(out, steps, seed, aggregation, logging_steps=10_000)
+    timer = StepTimer()
     if variant == "trl-grpo":
         trainer = GRPOTrainer(**common, callbacks=[timer.callback])
     else:
-        monitor = RolloutMonitor(out, channels, dict.fromkeys(channels, 1.0), "gdpo-dynamic", write_every=10)
         dynamic = DynamicWeighting(channels, base_weights=(1.0,) * len(channels))
-        doctor = CollapseDoctorCallback(monitor=monitor, stop=StopState(), interrupt=InterruptFlag(), dynamic=dynamic)
-        trainer = MonitoredGRPOTrainer(**common, callbacks=[timer.callback, doctor], monitor=monitor, dynamic=dynamic)
-        doctor.trainer = trainer
+        transform: Any = dynamic.step
+        if variant == "cd-recipes":
+            transform = recipes_transform(channels)
+        doctor = CollapseDoctorCallback(
+            write_every=10,
+            channels=channels,
+            algo="gdpo-dynamic",
+            advantage_transform=transform,
+            print_finding=None,
+        )
+        control = RetrainCallback(interrupt=InterruptFlag(), dynamic=dynamic)
+        trainer = GRPOTrainer(**common, callbacks=[timer.callback, doctor, control])
+        doctor.attach(trainer)
+        control.trainer = trainer
+        if variant == "cd-recipes":
+            transform.step_of = lambda: int(trainer.state.global_step)
         own = OwnTime()
-        own.wrap(dynamic, "step")
-        own.wrap(monitor, "record")
-        for hook in ("on_step_begin", "on_step_end", "on_save"):
+        # _scored holds the dynamic-weight step and the recording; on_step_end the parts and the checks
+        for hook in ("_scored", "_add_scalars", "on_step_end", "on_save"):
             own.wrap(doctor, hook)
+        for hook in ("on_step_begin", "on_step_end", "on_save"):
+            own.wrap(control, hook)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         trainer.train()
     if variant == "trl-grpo":
         return timer.seconds, 0.0
-    monitor.close()
     return timer.seconds, own.seconds / max(1, len(timer.seconds))
 
 
@@ -152,27 +192,28 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads.")
     parser.add_argument("--out", type=Path, default=None, help="Also write the Markdown report here.")
+    parser.add_argument("--recipes", action="store_true", help="Ours trains every retrain recipe (cd-recipes).")
     options = parser.parse_args()
+    ours = "cd-recipes" if options.recipes else "cd-dynamic"
     torch.set_num_threads(options.threads)
     own_per_step: list[float] = []
-    per_repeat: dict[str, list[float]] = {"trl-grpo": [], "cd-dynamic": []}
+    per_repeat: dict[str, list[float]] = {"trl-grpo": [], ours: []}
 
-    times: dict[str, list[float]] = {"trl-grpo": [], "cd-dynamic": []}
+    times: dict[str, list[float]] = {"trl-grpo": [], ours: []}
     started = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
         for repeat in range(options.repeats):
             for variant in times:
                 seconds, own = run_variant(variant, options.steps, Path(tmp) / f"{variant}-{repeat}", options.seed)
                 times[variant].extend(seconds[options.warmup :])
-                if variant == "cd-dynamic":
+                if variant == ours:
                     own_per_step.append(own)
                 median_ms = statistics.median(seconds[options.warmup :]) * 1e3
                 per_repeat[variant].append(median_ms)
                 print(f"repeat {repeat} {variant:10s} median step {median_ms:.1f} ms", file=sys.stderr)
     base = statistics.median(times["trl-grpo"])
-    ours = statistics.median(times["cd-dynamic"])
-    pooled = ours / base
-    paired = [o / b for o, b in zip(per_repeat["cd-dynamic"], per_repeat["trl-grpo"], strict=True)]
+    pooled = statistics.median(times[ours]) / base
+    paired = [o / b for o, b in zip(per_repeat[ours], per_repeat["trl-grpo"], strict=True)]
     ratio = statistics.median(paired)
     own_ms = statistics.median(own_per_step) * 1e3
     verdict = "PASS" if ratio <= 1.10 else "FAIL"
@@ -187,10 +228,10 @@ def main() -> int:
             for name, v in times.items()
         ),
         "",
-        f"cd-dynamic / trl-grpo step time, median of the paired per-repeat ratios: **{ratio:.3f}** "
+        f"{ours} / trl-grpo step time, median of the paired per-repeat ratios: **{ratio:.3f}** "
         f"(target <= 1.10: {verdict}); ratios {', '.join(f'{r:.2f}' for r in paired)}; pooled medians {pooled:.3f}",
         "",
-        f"collapse-doctor's own code in cd-dynamic runs: {own_ms:.2f} ms per step (median over runs), "
+        f"collapse-doctor's own code in {ours} runs: {own_ms:.2f} ms per step (median over runs), "
         f"{own_ms / (base * 1e3):.1%} of the trl-grpo median step.",
         "",
         f"Machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, torch {torch.__version__} "

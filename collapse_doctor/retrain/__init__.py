@@ -5,13 +5,17 @@
 ``settings``   the ``--config`` keys (JSON/TOML), algorithm resolution
 ``rewards``    built-in reward functions and the ``name=module:function`` resolver
 ``data``       JSONL/Parquet prompt datasets
-``demo``       the ``--demo`` tiny model, tokenizer and arithmetic task (built in code)
-``plan``       options -> plan -> TRL ``GRPOConfig``; ``--from-scan`` remedies
+``demo``       the ``--demo`` tiny model, tokenizer and tasks (digit copy, sums; built in code)
+``plan``       options -> plan -> TRL ``GRPOConfig``; ``--output-dir`` and hub-id checks
+``from_scan``  ``--from-scan``: a scan's remedies resolved into one set of changes (weights, drops, recipes)
+``schedule``   the recipe keys (temperature schedule, hybrid switch, channel starts, conditions, std clip)
+``recipes``    the advantages a schedule implies, step by step (the seam's ``advantage_transform``)
+``recipe_callback``  the on-finding hybrid switch and the schedule's checkpointed state
 ``dynamic``    gdpo-dynamic's EMA state (the math is in :mod:`collapse_doctor.advantages`)
-``trainer``    the seam: a ``GRPOTrainer`` subclass (needs the ``train`` extra)
-``callbacks``  Ctrl-C / ``--fail-on`` stops, adaptive KL, checkpointed state
-``monitor``    rollout Parquet parts and TensorBoard scalars while training
-``run``        ``run_retrain`` and ``plan_retrain``
+``callbacks``  Ctrl-C stop with a checkpoint, adaptive KL, checkpointed gdpo-dynamic state
+``run``        ``run_retrain`` and ``plan_retrain``: a plain ``GRPOTrainer`` with
+               :class:`collapse_doctor.integrations.trl.CollapseDoctorCallback` (the seam, the rollouts,
+               the scalars, ``--fail-on``) and the ``callbacks`` above
 
-Only ``trainer``, ``callbacks`` and ``run`` (inside its functions) import TRL.
+Only ``callbacks``, ``recipe_callback``, ``demo`` and ``run`` (inside its functions) import TRL or transformers.
 """

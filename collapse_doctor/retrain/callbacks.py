@@ -1,35 +1,26 @@
-"""Trainer callbacks: Ctrl-C and ``--fail-on`` stops with a checkpoint, adaptive KL, checkpointed state.
+"""retrain's own trainer callback: Ctrl-C stops with a checkpoint, adaptive KL, gdpo-dynamic state in checkpoints.
 
-Stopping goes through TRL's own control flow (``should_save`` + ``should_training_stop`` at the end
-of a step), so an interrupted or stopped run leaves a regular TRL checkpoint that ``--resume`` loads.
+Monitoring and ``--fail-on`` are the user-facing callback's
+(:class:`collapse_doctor.integrations.trl.CollapseDoctorCallback`); this adds what only ``retrain`` does.
+Stopping goes through TRL's own control flow (``should_save`` + ``should_training_stop`` at the end of a step),
+so an interrupted run leaves a regular TRL checkpoint that ``--resume`` loads.
 """
 
 from __future__ import annotations
 
 import signal
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
 from typing import Any
 
-import torch
 from transformers import TrainerCallback  # type: ignore[import-untyped,unused-ignore]
 
+from collapse_doctor.integrations.trl import any_process
 from collapse_doctor.retrain.dynamic import DynamicWeighting
-from collapse_doctor.retrain.monitor import RolloutMonitor
 
 KL_ADJUST_RATE = 0.5
 """Adaptive KL: each logged step scales beta by 1 + rate * clip(kl / target - 1, -0.2, 0.2)."""
-
-
-@dataclass
-class StopState:
-    """Why training stopped early, if it did."""
-
-    interrupted: bool = False
-    fail_on_findings: list[str] = field(default_factory=list)
-    reason: str | None = None
 
 
 class InterruptFlag:
@@ -56,49 +47,23 @@ class InterruptFlag:
             self._previous = None
 
 
-class CollapseDoctorCallback(TrainerCallback):  # type: ignore[misc,unused-ignore]
-    """Stops on Ctrl-C or on ``--fail-on`` findings, adapts beta toward ``kl_target``, saves gdpo-dynamic state."""
+class RetrainCallback(TrainerCallback):  # type: ignore[misc,unused-ignore]
+    """Stops on Ctrl-C, adapts beta toward ``kl_target``, saves gdpo-dynamic's EMA, times each step."""
 
     def __init__(
         self,
         *,
-        monitor: RolloutMonitor,
-        stop: StopState,
         interrupt: InterruptFlag,
         dynamic: DynamicWeighting | None = None,
-        fail_on: str | None = None,
-        algo: str = "gdpo",
         kl_target: float | None = None,
     ) -> None:
-        self.monitor = monitor
-        self.stop = stop
         self.interrupt = interrupt
         self.dynamic = dynamic
-        self.fail_on = fail_on
-        self.algo = algo
         self.kl_target = kl_target
         self.trainer: Any = None
+        self.interrupted_at: int | None = None
         self.step_seconds: list[float] = []
-        self._checked_files = 0
         self._step_started = 0.0
-
-    def _agree(self, flag: bool) -> bool:
-        """True when any process raised the flag (every process must stop at the same step)."""
-        accelerator = getattr(self.trainer, "accelerator", None)
-        if accelerator is None or accelerator.num_processes == 1:
-            return flag
-        value = torch.tensor([1.0 if flag else 0.0], device=accelerator.device)
-        return bool(accelerator.reduce(value, reduction="sum").item() > 0)
-
-    def _failing_findings(self) -> list[str]:
-        from collapse_doctor.options import ScanOptions
-        from collapse_doctor.pipeline import diagnose
-
-        diagnosis = diagnose(
-            [self.monitor.rollouts_dir],
-            ScanOptions(fail_on=self.fail_on, algo="grpo" if self.algo == "grpo" else "gdpo"),
-        )
-        return [f"{f.code} {f.title}" for f in diagnosis.failing()]
 
     def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
         self._step_started = time.perf_counter()
@@ -106,19 +71,8 @@ class CollapseDoctorCallback(TrainerCallback):  # type: ignore[misc,unused-ignor
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
         self.step_seconds.append(time.perf_counter() - self._step_started)
-        stop_now = False
-        if self._agree(self.interrupt.requested):
-            self.stop.interrupted = True
-            self.stop.reason = f"interrupted (Ctrl-C) at step {state.global_step}"
-            stop_now = True
-        elif self.fail_on and self.monitor.files_written > self._checked_files:
-            self._checked_files = self.monitor.files_written
-            failing = self._failing_findings() if self.monitor.enabled else []
-            if self._agree(bool(failing)):
-                self.stop.fail_on_findings = failing
-                self.stop.reason = f"--fail-on {self.fail_on}: stopped at step {state.global_step}"
-                stop_now = True
-        if stop_now:
+        if any_process(self.trainer, self.interrupt.requested):
+            self.interrupted_at = int(state.global_step)
             control.should_save = True
             control.should_training_stop = True
         return control
@@ -134,5 +88,4 @@ class CollapseDoctorCallback(TrainerCallback):  # type: ignore[misc,unused-ignor
         checkpoint = Path(args.output_dir) / f"checkpoint-{state.global_step}"
         if self.dynamic is not None and checkpoint.is_dir() and state.is_world_process_zero:
             self.dynamic.save(checkpoint)
-        self.monitor.flush()
         return control

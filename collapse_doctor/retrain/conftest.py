@@ -4,4 +4,4 @@ from __future__ import annotations
 
 import importlib.util
 
-collect_ignore: list[str] = [] if importlib.util.find_spec("trl") else ["trainer.py", "callbacks.py", "demo.py"]
+collect_ignore: list[str] = [] if importlib.util.find_spec("trl") else ["callbacks.py", "demo.py", "recipe_callback.py"]

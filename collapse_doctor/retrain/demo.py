@@ -1,4 +1,7 @@
-"""The ``--demo`` task: a tiny Llama built in code, a character tokenizer, and single-digit sums.
+"""The ``--demo`` tasks: a tiny Llama built in code, a character tokenizer, digit copying or single-digit sums.
+
+``--demo-task copy`` (the default) is the task where the recipes measurably matter (see :func:`copy_rows`);
+``--demo-task sums`` is the earlier one, described here:
 
 Nothing is downloaded: the tokenizer is a ``tokenizers`` word-level model over single characters
 (plus the two answer tags as whole tokens), and the model is a randomly initialised
@@ -69,6 +72,39 @@ def build_tiny_model(tokenizer: Any, *, seed: int = 0, hidden_size: int = 32, la
         model = LlamaForCausalLM(config)
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     return model
+
+
+COPY_REWARDS: tuple[str, ...] = (
+    "correct=collapse_doctor.retrain.rewards:starts_with_answer",
+    "length=collapse_doctor.retrain.rewards:length_limit",
+)
+COPY_LENGTH_LIMIT = 2
+"""The copy task's ``length`` is 1 up to 2 characters, 0 from 4: an empty completion already earns all of it."""
+
+
+def copy_rows() -> list[dict[str, Any]]:
+    """The copy task: ``"7="`` -> a completion that starts with ``7``; 10 prompts.
+
+    ``correct`` needs the model to read the prompt; ``length`` is earned by stopping at once, so it saturates
+    within tens of steps and, summed or normalised, pays the policy for empty completions while ``correct`` is
+    still rare: the easy channel that is farmed while the objective fails (docs/retrain.md, "The demo").
+
+    >>> copy_rows()[7]
+    {'prompt': '7=', 'answer': '7', 'max_length': 2}
+    """
+    return [{"prompt": f"{d}=", "answer": str(d), "max_length": COPY_LENGTH_LIMIT} for d in range(10)]
+
+
+DEMO_TASKS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "copy": ("built-in digit copy (demo)", COPY_REWARDS),
+    "sums": ("built-in single-digit sums (demo)", DEMO_REWARDS),
+}
+"""``--demo-task``: what the dry-run calls it and its default rewards. ``copy`` is the default."""
+
+
+def demo_task_rows(task: str) -> list[dict[str, Any]]:
+    """The prompts of a ``--demo-task``."""
+    return copy_rows() if task == "copy" else demo_rows()
 
 
 def demo_rows() -> list[dict[str, Any]]:

@@ -6,16 +6,20 @@ TRL's defaults) and stops there.
 
 from __future__ import annotations
 
-import json
+import dataclasses
+import os
 import re
+import socket
 import sys
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from collapse_doctor.errors import InputError, UsageError
+from collapse_doctor.errors import UsageError
+from collapse_doctor.retrain.from_scan import scan_advice
 from collapse_doctor.retrain.rewards import RewardSpec, parse_rewards
+from collapse_doctor.retrain.schedule import RecipeSchedule, check_schedule
 from collapse_doctor.retrain.settings import SCALES, RetrainSettings, load_settings, resolve_algorithm
 
 AGGREGATION = {"grpo": "sum_then_normalize", "gdpo": "normalize_then_sum", "gdpo-dynamic": "normalize_then_sum"}
@@ -36,9 +40,13 @@ class RetrainOptions:
     weights: dict[str, float] | None = None
     config: str | Path | None = None
     from_scan: str | Path | None = None
+    from_scan_run: str | None = None
+    """With a scan of several runs: the run whose findings ``--from-scan`` applies."""
     max_steps: int | None = None
     resume: bool = False
     demo: bool = False
+    demo_task: str = "copy"
+    """``--demo-task``: ``copy`` (digit copying, where the recipes matter) or ``sums`` (the earlier demo)."""
     fail_on: str | None = None
     scale: str = "group"
     max_completion_length: int | None = None
@@ -62,6 +70,9 @@ class RetrainPlan:
     max_steps: int
     max_completion_length: int
     changes: tuple[str, ...] = ()
+    schedule: RecipeSchedule | None = None
+    """The recipes over the steps (``schedule.scheduled`` False: none, TRL's own advantages or gdpo-dynamic's)."""
+    output_note: str = ""
 
     @property
     def channels(self) -> tuple[str, ...]:
@@ -110,7 +121,9 @@ class RetrainPlan:
         """The plan as lines for the terminal."""
         o = self.options
         model = "built-in tiny Llama (demo)" if o.demo else str(o.model)
-        dataset = "built-in single-digit sums (demo)" if o.demo else str(o.dataset)
+        from collapse_doctor.retrain.demo import DEMO_TASKS
+
+        dataset = DEMO_TASKS[o.demo_task][0] if o.demo else str(o.dataset)
         s = self.settings
         lines = [
             f"algorithm        {self.algo} (TRL multi_objective_aggregation={AGGREGATION[self.algo]}"
@@ -119,14 +132,19 @@ class RetrainPlan:
             f"dataset          {dataset}",
             "rewards          " + ", ".join(f"{r.name}={r.target} (w={self.weights[r.name]:g})" for r in self.rewards),
             f"steps            {self.max_steps} x {s.batch_size_prompts} prompts x {s.group_size} completions",
-            f"output           {o.output_dir} (rollouts/, tensorboard/, checkpoint-*/)",
+            f"output           {o.output_dir} (rollouts/, tensorboard/, checkpoint-*/)"
+            + (f": {self.output_note}" if self.output_note else ""),
         ]
         if self.algo == "gdpo-dynamic":
+            temperature = s.reward_weight_temperature
             lines.append(
                 f"dynamic weights  EMA alpha {s.reward_weights_ema_alpha:g} of each channel's advantage std, "
-                f"softmax at T={s.reward_weight_temperature:g}, "
-                f"bounds [{s.reward_weight_min:g}, {s.reward_weight_max:g}], clip +-{s.advantage_clip:g}"
+                + (f"softmax at T={temperature:g}, " if not isinstance(temperature, tuple) else "scheduled T, ")
+                + f"bounds [{s.reward_weight_min:g}, {s.reward_weight_max:g}], clip +-{s.advantage_clip:g}"
+                + (" (where the spread exceeds the threshold)" if s.advantage_clip_when_std_above is not None else "")
             )
+        if self.schedule is not None and self.schedule.scheduled:
+            lines.extend(f"schedule         {line}" for line in self.schedule.describe())
         if s.kl_target is not None:
             lines.append(f"KL               adaptive beta from {KL_START_BETA:g} toward KL {s.kl_target:g}")
         if o.fail_on:
@@ -139,73 +157,101 @@ class RetrainPlan:
 
 _HUB_ID = re.compile(r"(?!.*(?:--|\.\.))\w[\w.-]*(?:/\w[\w.-]*)?")
 """What a Hugging Face hub id looks like (``name`` or ``org/name``); anything else must be a local path."""
-_DROP = re.compile(r"drop `([^`]+)`")
-_WEIGHT = re.compile(r"--weights ([A-Za-z_][\w.-]*)=([0-9.eE+-]+)")
 
 
 def apply_scan(
-    path: str | Path, rewards: list[RewardSpec], weights: dict[str, float]
+    path: str | Path, rewards: list[RewardSpec], weights: dict[str, float], run_name: str | None = None
 ) -> tuple[list[RewardSpec], dict[str, float], list[str], bool]:
-    """Apply a scan's remedies (``scan --json`` output): drop collinear channels, set suggested weights.
+    """A scan's channel and weight changes (:func:`collapse_doctor.retrain.from_scan.scan_advice`).
 
     Returns the rewards, the weights, what changed (one line each), and whether a finding recommends GDPO.
     """
-    path = Path(path)
-    hint = "write one with collapse-doctor scan RUN --json"
+    advice = scan_advice(path, rewards, dict(weights), run_name)
+    return advice.rewards, advice.weights, advice.changes, advice.wants_gdpo
+
+
+def check_output_dir(path: Path) -> str:
+    """Refuse an ``--output-dir`` that is a file or cannot be created or written; say which it will be."""
+    if path.exists() and not path.is_dir():
+        raise UsageError(f"--output-dir {path} is a file", hint="choose a directory")
+    if path.is_dir():
+        if not os.access(path, os.W_OK | os.X_OK):
+            raise UsageError(f"--output-dir {path} is not writable", hint="choose a directory you can write")
+        return "exists, writable"
+    parent = path.parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if not parent.is_dir():
+        raise UsageError(f"--output-dir {path}: {parent} is a file", hint="choose a directory")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise UsageError(f"--output-dir {path} cannot be created: {parent} is not writable", hint="choose another")
+    return "will be created (writable)"
+
+
+CACHED_OFFLINE = "cached, Hub unreachable: loaded from the cache only"
+
+
+def hub_endpoint() -> str:
+    return os.environ.get("HF_ENDPOINT", "https://huggingface.co").rstrip("/")
+
+
+def _hub_reachable(timeout: float = 3.0) -> bool:
+    """A TCP connection to the Hub (or the HTTPS proxy) within ``timeout``: the seconds a retry loop would waste."""
+    from urllib.parse import urlparse
+
+    proxy = os.environ.get("HTTPS_PROXY") or os.environ.get("https_proxy")
+    url = urlparse(proxy if proxy else hub_endpoint())
+    host, port = url.hostname, url.port or (443 if url.scheme == "https" else 80)
+    if not host:
+        return False
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise InputError(f"{path}: cannot read the scan result ({exc.strerror or exc})", hint=hint) from exc
-    except ValueError as exc:
-        raise InputError(f"{path}: not a scan result: not valid JSON ({exc})", hint=hint) from exc
-    findings = data.get("findings") if isinstance(data, dict) else None
-    if not isinstance(findings, list) or not all(isinstance(f, dict) for f in findings):
-        raise InputError(f"{path}: not a scan result: no 'findings' list of objects", hint=hint)
-    names = {r.name for r in rewards}
-    changes: list[str] = []
-    wants_gdpo = False
-    for finding in findings:
-        code = finding.get("code", "?")
-        remedy = str(finding.get("remedy") or "")
-        # Only where the scan's own counterfactual says GDPO's advantages would not show the problem.
-        wants_gdpo = wants_gdpo or finding.get("gdpo_resolves") is True
-        for channel in _DROP.findall(remedy):
-            if channel not in names:
-                changes.append(f"{code}: would drop `{channel}`, which is not among --reward; ignored")
-            elif len(rewards) > 1:
-                rewards = [r for r in rewards if r.name != channel]
-                names.discard(channel)
-                weights.pop(channel, None)
-                changes.append(f"{code}: dropped channel `{channel}` ({finding.get('title', '')})")
-        for channel, value in _WEIGHT.findall(remedy):
-            if channel not in names:
-                continue
-            try:
-                weight = float(value.rstrip("."))
-            except ValueError:
-                continue
-            if weights.get(channel) != weight:
-                changes.append(f"{code}: weight of `{channel}` {weights.get(channel, 1.0):g} -> {weight:g}")
-                weights[channel] = weight
-    if not changes:
-        changes.append(f"{path.name}: no channel or weight change ({data.get('verdict', '?')})")
-    return rewards, weights, changes, wants_gdpo
+        with socket.create_connection((host, port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def check_hub_model(model: str) -> str:
+    """A hub id must be in the local Hugging Face cache or the Hub reachable; one full line otherwise.
+
+    Returns how the model will be found: "cached", :data:`CACHED_OFFLINE` (load with ``local_files_only``) or
+    "download". ``retrain`` checks this before loading the model (``--dry-run`` loads none and does not).
+    """
+    try:
+        from huggingface_hub import try_to_load_from_cache
+    except ImportError:  # pragma: no cover - transformers brings huggingface_hub
+        return "download"
+    cached = try_to_load_from_cache(model, "config.json")
+    offline = os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
+    if isinstance(cached, str):
+        return "cached" if offline or _hub_reachable() else CACHED_OFFLINE
+    if offline or not _hub_reachable():
+        why = "HF_HUB_OFFLINE is set" if offline else f"{hub_endpoint()} is unreachable"
+        raise UsageError(
+            f"--model {model}: not a local directory and not in the Hugging Face cache, and {why}",
+            hint="pass a local model directory, or run where the Hub is reachable",
+        )
+    return "download"
 
 
 def build_plan(options: RetrainOptions) -> RetrainPlan:
     """Resolve options, ``--config`` and ``--from-scan`` into a plan (no model is loaded)."""
-    from collapse_doctor.retrain.demo import DEMO_COMPLETION_TOKENS, DEMO_LEARNING_RATE, DEMO_MAX_STEPS, DEMO_REWARDS
+    from collapse_doctor.retrain.demo import DEMO_COMPLETION_TOKENS, DEMO_LEARNING_RATE, DEMO_MAX_STEPS, DEMO_TASKS
 
-    settings = load_settings(options.config)
+    # --demo's own settings are the defaults under its --config: a config adds recipes without resetting the demo
+    demo_defaults = RetrainSettings(group_size=8, batch_size_prompts=8, learning_rate=DEMO_LEARNING_RATE)
+    settings = load_settings(options.config, demo_defaults if options.demo else None)
     if options.scale not in SCALES:
         raise UsageError(f"--scale {options.scale!r} is not one of {', '.join(SCALES)}")
     if options.demo:
         if options.model or options.dataset:
             raise UsageError("--demo trains the built-in model and task", hint="drop --model/--dataset, or --demo")
-        specs = list(parse_rewards(options.rewards or DEMO_REWARDS))
-        if options.config is None:
-            settings = RetrainSettings(group_size=8, batch_size_prompts=8, learning_rate=DEMO_LEARNING_RATE)
+        if options.demo_task not in DEMO_TASKS:
+            raise UsageError(f"--demo-task {options.demo_task!r} is not one of {', '.join(DEMO_TASKS)}")
+        specs = list(parse_rewards(options.rewards or DEMO_TASKS[options.demo_task][1]))
     else:
+        if options.demo_task != "copy":
+            raise UsageError(f"--demo-task {options.demo_task} needs --demo", hint="add --demo, or drop --demo-task")
         if not options.model:
             raise UsageError("--model is required", hint="pass a local path or hub id, or use --demo")
         if not options.dataset:
@@ -230,13 +276,29 @@ def build_plan(options: RetrainOptions) -> RetrainPlan:
     weights.update(options.weights or {})
     changes: list[str] = []
     if options.from_scan is not None:
-        specs, weights, changes, wants_gdpo = apply_scan(options.from_scan, specs, weights)
+        advice = scan_advice(options.from_scan, specs, weights, options.from_scan_run)
+        specs, weights, changes = advice.rewards, advice.weights, advice.changes
+        settings, recipe_changes = _scan_recipes(settings, advice, {r.name for r in specs})
+        changes.extend(recipe_changes)
+        wants_gdpo = advice.wants_gdpo or settings.hybrid_switch is not None
         if wants_gdpo and algo_flag is None and settings.reward_mode is None:
             algo_flag = "gdpo"
             changes.append("algorithm gdpo (the scan recommends GDPO)")
     algo = resolve_algorithm(algo_flag, settings)
     max_steps = options.max_steps or (DEMO_MAX_STEPS if options.demo else 500)
     completion = options.max_completion_length or (DEMO_COMPLETION_TOKENS if options.demo else 256)
+    schedule = RecipeSchedule(
+        algo=algo,
+        channels=tuple(r.name for r in specs),
+        temperature=settings.reward_weight_temperature,
+        hybrid=settings.hybrid_switch,
+        channel_start=dict(settings.channel_start),
+        conditions=settings.condition,
+        clip=settings.advantage_clip,
+        clip_when_std_above=settings.advantage_clip_when_std_above,
+    )
+    check_schedule(schedule, str(options.config or "--config"))
+    output_note = check_output_dir(Path(options.output_dir))
     return RetrainPlan(
         options=options,
         algo=algo,
@@ -246,7 +308,26 @@ def build_plan(options: RetrainOptions) -> RetrainPlan:
         max_steps=max_steps,
         max_completion_length=completion,
         changes=tuple(changes),
+        schedule=schedule,
+        output_note=output_note,
     )
+
+
+def _scan_recipes(settings: RetrainSettings, advice: Any, channels: set[str]) -> tuple[RetrainSettings, list[str]]:
+    """The scan's recipes joined to ``--config``'s: a key the config sets wins (and the line says so)."""
+    lines: list[str] = []
+    conditions = [c for c in advice.conditions if c.channel in channels and c.on in channels]
+    if conditions:
+        if settings.condition:
+            lines.append("kept --config's condition (the scan's conditions are not applied)")
+        else:
+            settings = dataclasses.replace(settings, condition=tuple(conditions))
+    if advice.hybrid is not None:
+        if settings.hybrid_switch is not None:
+            lines.append(f"kept --config's hybrid_switch ({settings.hybrid_switch})")
+        else:
+            settings = dataclasses.replace(settings, hybrid_switch=advice.hybrid)
+    return settings, lines
 
 
 def _inside(path: Path, parent: Path) -> bool:

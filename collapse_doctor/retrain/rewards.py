@@ -3,8 +3,8 @@
 Every reward function follows TRL's calling convention: keyword arguments ``prompts``,
 ``completions``, ``completion_ids`` plus one list per extra dataset column (``answer``...), and it
 returns one float (or ``None`` for "not applicable") per completion. Built-ins are importable as
-``collapse_doctor.retrain.rewards:format_tag`` or by their short names ``format_tag``, ``exact_match``
-and ``length_limit``.
+``collapse_doctor.retrain.rewards:format_tag`` or by their short names ``format_tag``, ``exact_match``,
+``starts_with_answer`` and ``length_limit``.
 """
 
 from __future__ import annotations
@@ -71,6 +71,22 @@ def exact_match(completions: Sequence[Any], answer: Sequence[Any] | None = None,
     return out
 
 
+def starts_with_answer(completions: Sequence[Any], answer: Sequence[Any] | None = None, **_: Any) -> list[float | None]:
+    """1.0 when the completion begins with the ``answer`` column's text, else 0.0 (``None`` where no answer).
+
+    >>> starts_with_answer(["7", "7</s>", " 7", "3"], answer=["7", "7", "7", None])
+    [1.0, 1.0, 0.0, None]
+    """
+    if answer is None:
+        raise UsageError(
+            "reward starts_with_answer needs an 'answer' column in the dataset", hint="add it, or use another reward"
+        )
+    return [
+        None if expected is None else 1.0 if _text(completion).startswith(str(expected)) else 0.0
+        for completion, expected in zip(completions, answer, strict=True)
+    ]
+
+
 def length_limit(completions: Sequence[Any], max_length: Sequence[Any] | None = None, **_: Any) -> list[float | None]:
     """1.0 up to a length limit in characters, then linearly down to 0.0 at twice the limit.
 
@@ -94,6 +110,7 @@ BUILTINS: dict[str, RewardFunction] = {
     "format_tag": format_tag,
     "exact_match": exact_match,
     "length_limit": length_limit,
+    "starts_with_answer": starts_with_answer,
 }
 
 

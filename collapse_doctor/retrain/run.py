@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from collapse_doctor.advantages import DYNAMIC_TEMPERATURE
 from collapse_doctor.errors import UsageError
 from collapse_doctor.retrain.plan import RetrainOptions, RetrainPlan, build_plan
 
@@ -56,7 +57,7 @@ class RetrainResult:
 
     @property
     def rollouts_dir(self) -> Path:
-        from collapse_doctor.retrain.monitor import ROLLOUTS_DIR
+        from collapse_doctor.integrations.rollouts import ROLLOUTS_DIR
 
         return self.output_dir / ROLLOUTS_DIR
 
@@ -104,20 +105,25 @@ def _load_model(plan: RetrainPlan) -> tuple[Any, Any, Any]:
 
     options = plan.options
     if options.demo:
-        from collapse_doctor.retrain.demo import build_char_tokenizer, build_tiny_model, demo_rows
+        from collapse_doctor.retrain.demo import build_char_tokenizer, build_tiny_model, demo_task_rows
 
         tokenizer = build_char_tokenizer()
-        return build_tiny_model(tokenizer, seed=options.seed), tokenizer, to_dataset(demo_rows())
+        rows = demo_task_rows(options.demo_task)
+        return build_tiny_model(tokenizer, seed=options.seed), tokenizer, to_dataset(rows)
     from transformers import AutoModelForCausalLM, AutoTokenizer  # type: ignore[import-untyped,unused-ignore]
 
     rows = read_prompt_rows(options.dataset or "")
     name = str(options.model)
+    from collapse_doctor.retrain.plan import CACHED_OFFLINE, check_hub_model
+
+    # Fail in one line instead of transformers' retry loop against an unreachable Hub.
+    local_only = not Path(name).exists() and check_hub_model(name) == CACHED_OFFLINE
     try:
-        tokenizer = AutoTokenizer.from_pretrained(name)
-        model = AutoModelForCausalLM.from_pretrained(name)
+        tokenizer = AutoTokenizer.from_pretrained(name, local_files_only=local_only)
+        model = AutoModelForCausalLM.from_pretrained(name, local_files_only=local_only)
     except (OSError, ValueError) as exc:
         raise UsageError(
-            f"--model {options.model}: cannot load ({' '.join(str(exc).split())[:200]})",
+            f"--model {options.model}: cannot load ({' '.join(str(exc).split())})",
             hint="pass a local model directory or a hub id with a tokenizer",
         ) from exc
     if tokenizer.pad_token is None:
@@ -129,13 +135,13 @@ def run_retrain(options: RetrainOptions, *, final_scan: bool = True) -> RetrainR
     """Train with TRL's GRPOTrainer under the plan, monitored; scan the run at the end."""
     require_train_extra()
     from transformers import set_seed  # type: ignore[import-untyped,unused-ignore]
-    from trl import GRPOConfig  # type: ignore[import-untyped,unused-ignore]
+    from trl import GRPOConfig, GRPOTrainer  # type: ignore[import-untyped,unused-ignore]
 
-    from collapse_doctor.retrain.callbacks import CollapseDoctorCallback, InterruptFlag, StopState
+    from collapse_doctor.integrations.rollouts import ROLLOUTS_DIR
+    from collapse_doctor.integrations.trl import CollapseDoctorCallback, check_trl_seam
+    from collapse_doctor.retrain.callbacks import InterruptFlag, RetrainCallback
     from collapse_doctor.retrain.dynamic import DynamicWeighting
-    from collapse_doctor.retrain.monitor import RolloutMonitor
     from collapse_doctor.retrain.rewards import named_reward
-    from collapse_doctor.retrain.trainer import MonitoredGRPOTrainer, check_trl_seam
 
     started = time.perf_counter()
     check_trl_seam()
@@ -144,7 +150,8 @@ def run_retrain(options: RetrainOptions, *, final_scan: bool = True) -> RetrainR
     checkpoint = _last_checkpoint(output_dir) if options.resume else None
     if options.resume and checkpoint is None:
         raise UsageError(f"--resume: no checkpoint-* directory in {output_dir}", hint="run without --resume first")
-    if not options.resume and (output_dir / "rollouts").is_dir() and any((output_dir / "rollouts").iterdir()):
+    rollouts = output_dir / ROLLOUTS_DIR
+    if not options.resume and rollouts.is_dir() and any(rollouts.iterdir()):
         raise UsageError(
             f"--output-dir {output_dir} already holds a run",
             hint="pass --resume to continue it, or choose another --output-dir",
@@ -155,52 +162,51 @@ def run_retrain(options: RetrainOptions, *, final_scan: bool = True) -> RetrainR
         args = GRPOConfig(**plan.grpo_config_kwargs(_num_processes()))
     s = plan.settings
     dynamic = None
-    if plan.algo == "gdpo-dynamic":
+    scheduled = None
+    if plan.schedule is not None and plan.schedule.scheduled:
+        from collapse_doctor.retrain.recipes import scheduled_advantages
+
+        scheduled = scheduled_advantages(plan, checkpoint)
+    elif plan.algo == "gdpo-dynamic":
         dynamic = DynamicWeighting(
             plan.channels,
             base_weights=tuple(plan.weights[c] for c in plan.channels),
             alpha=s.reward_weights_ema_alpha,
-            temperature=s.reward_weight_temperature,
+            temperature=plan.schedule.temperature_at(0) if plan.schedule else DYNAMIC_TEMPERATURE,
             lower=s.reward_weight_min,
             upper=s.reward_weight_max,
             clip=s.advantage_clip,
         )
-    monitor = RolloutMonitor(
-        output_dir=output_dir,
-        channels=plan.channels,
-        weights=dict(plan.weights),
-        algo=plan.algo,
-        write_every=options.write_every,
-        enabled=_is_main_process(),
-    )
-    resumed_step = 0
-    if checkpoint is not None:
-        resumed_step = _checkpoint_step(checkpoint)
-        monitor.truncate_from(resumed_step)
-        if dynamic is not None:
+        if checkpoint is not None:
             dynamic.load(checkpoint)
-    stop = StopState()
-    interrupt = InterruptFlag()
-    callback = CollapseDoctorCallback(
-        monitor=monitor,
-        stop=stop,
-        interrupt=interrupt,
-        dynamic=dynamic,
-        fail_on=options.fail_on,
-        algo=plan.algo,
-        kl_target=s.kl_target,
+    # The user-facing callback does the monitoring and --fail-on; retrain adds Ctrl-C, adaptive KL, the EMA.
+    doctor = CollapseDoctorCallback(
+        options.fail_on,
+        output_dir=output_dir,
+        write_every=options.write_every,
+        channels=plan.channels,
+        algo=plan.schedule.aggregation_at(0) if plan.schedule is not None else plan.algo,
+        advantage_transform=scheduled if scheduled is not None else dynamic.step if dynamic is not None else None,
     )
-    trainer = MonitoredGRPOTrainer(
+    interrupt = InterruptFlag()
+    control = RetrainCallback(interrupt=interrupt, dynamic=dynamic, kl_target=s.kl_target)
+    trainer = GRPOTrainer(
         model=model,
         reward_funcs=[named_reward(r) for r in plan.rewards],
         args=args,
         train_dataset=dataset,
         processing_class=tokenizer,
-        callbacks=[callback],
-        monitor=monitor,
-        dynamic=dynamic,
+        callbacks=[doctor, control],
     )
-    callback.trainer = trainer
+    doctor.attach(trainer)
+    control.trainer = trainer
+    if scheduled is not None:
+        from collapse_doctor.retrain.recipe_callback import RecipeCallback
+
+        scheduled.step_of = lambda: int(trainer.state.global_step)
+        recipes = RecipeCallback(scheduled, doctor)
+        recipes.trainer = trainer
+        trainer.add_callback(recipes)
     if args.disable_tqdm:
         # Without a progress bar transformers prints every log dict; keep stdout for the verdict.
         from transformers import PrinterCallback  # type: ignore[import-untyped,unused-ignore]
@@ -212,18 +218,23 @@ def run_retrain(options: RetrainOptions, *, final_scan: bool = True) -> RetrainR
             trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
     finally:
         interrupt.restore()
-        monitor.close()
+        if doctor.monitor is not None:
+            doctor.monitor.close()
+    steps = int(trainer.state.global_step)
     result = RetrainResult(
         plan=plan,
         output_dir=output_dir,
-        steps=int(trainer.state.global_step),
-        stop_reason=stop.reason,
-        interrupted=stop.interrupted,
-        fail_on_findings=stop.fail_on_findings,
-        step_seconds=callback.step_seconds,
+        steps=steps,
+        interrupted=control.interrupted_at is not None,
+        fail_on_findings=[f"{f.code} {f.title}" for f in doctor.stopped_by],
+        step_seconds=control.step_seconds,
         resumed_from=str(checkpoint) if checkpoint else None,
     )
-    if final_scan and monitor.enabled and result.rollouts_dir.is_dir():
+    if control.interrupted_at is not None:
+        result.stop_reason = f"interrupted (Ctrl-C) at step {control.interrupted_at}"
+    elif doctor.stopped_by:
+        result.stop_reason = f"--fail-on {options.fail_on}: stopped at step {steps}"
+    if final_scan and _is_main_process() and result.rollouts_dir.is_dir():
         from collapse_doctor.options import ScanOptions
         from collapse_doctor.pipeline import diagnose
 
@@ -235,20 +246,21 @@ def run_retrain(options: RetrainOptions, *, final_scan: bool = True) -> RetrainR
     return result
 
 
-def _checkpoint_step(checkpoint: Path) -> int:
-    try:
-        return int(checkpoint.name.rsplit("-", 1)[1])
-    except (IndexError, ValueError):
-        return 0
+def _process_state() -> Any:
+    """accelerate's process state, created as the trainer will create it.
+
+    The state is made once per process. On CPU it must be made with ``cpu=True`` (as ``GRPOConfig(use_cpu=True)``
+    makes it): without, processes started by ``torchrun`` each see a world of one.
+    """
+    import torch
+    from accelerate import PartialState  # type: ignore[import-untyped,unused-ignore]
+
+    return PartialState(cpu=not torch.cuda.is_available())
 
 
 def _num_processes() -> int:
-    from accelerate import PartialState  # type: ignore[import-untyped,unused-ignore]
-
-    return int(PartialState().num_processes)
+    return int(_process_state().num_processes)
 
 
 def _is_main_process() -> bool:
-    from accelerate import PartialState  # type: ignore[import-untyped,unused-ignore]
-
-    return bool(PartialState().is_main_process)
+    return bool(_process_state().is_main_process)

@@ -9,6 +9,11 @@ Keys (unknown keys are an error that names the key)::
     reward_weight_min = 0.1             # gdpo-dynamic: bounds of each weight
     reward_weight_max = 0.5
     advantage_clip = 2.0                # gdpo-dynamic: per-channel advantage clip before fusion
+    # recipes (collapse_doctor.retrain.schedule): a temperature schedule [[step, T], ...] above, and
+    hybrid_switch = 100                 # or "on-finding:CD402@warning": GRPO first, then --algo
+    channel_start = {style = 50}        # progressive channels: weight 0 before the step
+    condition = {length = "correct >= 1"}   # a channel counts only where another passes (else 0)
+    advantage_clip_when_std_above = 0.9 # clip a channel's z-scores only where their spread (<= 1) exceeds this
     policy_clip_epsilon = 0.2           # PPO clip range (TRL epsilon)
     kl_target = 0.02                    # adaptive KL coefficient aiming at this KL (off when absent)
     learning_rate = 1e-6
@@ -23,7 +28,7 @@ from __future__ import annotations
 import json
 import math
 import sys
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +40,16 @@ from collapse_doctor.advantages import (
     DYNAMIC_WEIGHT_MIN,
 )
 from collapse_doctor.errors import UsageError
+from collapse_doctor.retrain.schedule import (
+    Condition,
+    HybridSwitch,
+    TemperatureSchedule,
+    parse_channel_start,
+    parse_clip_threshold,
+    parse_conditions,
+    parse_hybrid_switch,
+    parse_temperature,
+)
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -54,7 +69,7 @@ class RetrainSettings:
     group_size: int = 8
     reward_mode: str | None = None
     reward_weights_ema_alpha: float = DYNAMIC_EMA_ALPHA
-    reward_weight_temperature: float = DYNAMIC_TEMPERATURE
+    reward_weight_temperature: float | TemperatureSchedule = DYNAMIC_TEMPERATURE
     reward_weight_min: float = DYNAMIC_WEIGHT_MIN
     reward_weight_max: float = DYNAMIC_WEIGHT_MAX
     advantage_clip: float = ADVANTAGE_CLIP
@@ -63,6 +78,10 @@ class RetrainSettings:
     learning_rate: float = 1e-6
     warmup_steps: int = 0
     batch_size_prompts: int = 8
+    hybrid_switch: HybridSwitch | None = None
+    channel_start: dict[str, int] = field(default_factory=dict)
+    condition: tuple[Condition, ...] = ()
+    advantage_clip_when_std_above: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -83,7 +102,18 @@ _POSITIVE = {
 _CONFIG_HINT = "docs/retrain.md lists the --config keys (JSON object or TOML table)"
 
 
+_RECIPE_PARSERS: dict[str, Any] = {
+    "reward_weight_temperature": parse_temperature,
+    "hybrid_switch": parse_hybrid_switch,
+    "channel_start": parse_channel_start,
+    "condition": parse_conditions,
+    "advantage_clip_when_std_above": parse_clip_threshold,
+}
+
+
 def _check_value(key: str, value: Any, source: str) -> Any:
+    if key in _RECIPE_PARSERS:
+        return _RECIPE_PARSERS[key](value, source)
     if key == "reward_mode":
         if value not in REWARD_MODES:
             raise UsageError(f"{source}: reward_mode {value!r} is not one of {', '.join(REWARD_MODES)}")
@@ -109,7 +139,9 @@ def _check_value(key: str, value: Any, source: str) -> Any:
     return value
 
 
-def settings_from_mapping(data: dict[str, Any], source: str = "--config") -> RetrainSettings:
+def settings_from_mapping(
+    data: dict[str, Any], source: str = "--config", defaults: RetrainSettings | None = None
+) -> RetrainSettings:
     """Validate a mapping of config keys into :class:`RetrainSettings`.
 
     >>> settings_from_mapping({"group_size": 4, "reward_mode": "sum"}).group_size
@@ -127,16 +159,16 @@ def settings_from_mapping(data: dict[str, Any], source: str = "--config") -> Ret
             hint = f"did you mean {close[0]!r}?" if close else "known keys: " + ", ".join(known)
             raise UsageError(f"{source}: unknown key {key!r}", hint=hint)
         values[key] = _check_value(key, value, source)
-    settings = RetrainSettings(**values)
+    settings = replace(defaults, **values) if defaults is not None else RetrainSettings(**values)
     if settings.reward_weight_min > settings.reward_weight_max:
         raise UsageError(f"{source}: reward_weight_min must not exceed reward_weight_max")
     return settings
 
 
-def load_settings(path: str | Path | None) -> RetrainSettings:
-    """Read ``--config`` (``.json`` or ``.toml``); ``None`` gives the defaults."""
+def load_settings(path: str | Path | None, defaults: RetrainSettings | None = None) -> RetrainSettings:
+    """Read ``--config`` (``.json`` or ``.toml``) over ``defaults``; ``None`` gives the defaults."""
     if path is None:
-        return RetrainSettings()
+        return defaults if defaults is not None else RetrainSettings()
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")
@@ -162,7 +194,7 @@ def load_settings(path: str | Path | None) -> RetrainSettings:
         raise UsageError(f"{path}: config must be a .json or .toml file", hint=_CONFIG_HINT)
     if not isinstance(data, dict):
         raise UsageError(f"{path}: config must be a table/object of keys", hint=_CONFIG_HINT)
-    return settings_from_mapping(data, str(path))
+    return settings_from_mapping(data, str(path), defaults)
 
 
 def resolve_algorithm(algo: str | None, settings: RetrainSettings) -> str:

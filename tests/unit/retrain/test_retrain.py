@@ -17,10 +17,11 @@ import torch
 
 pytest.importorskip("trl")
 
+from trl import GRPOTrainer
+
 from collapse_doctor.advantages import gdpo_advantages, grpo_advantages
 from collapse_doctor.retrain.plan import RetrainOptions
 from collapse_doctor.retrain.run import run_retrain
-from collapse_doctor.retrain.trainer import MonitoredGRPOTrainer
 
 pytestmark = pytest.mark.slow
 
@@ -74,13 +75,13 @@ def tiny_options(tmp_path: Path, algo: str, **kwargs: Any) -> RetrainOptions:
 def loss_advantages(monkeypatch: pytest.MonkeyPatch) -> list[torch.Tensor]:
     """Every ``advantages`` tensor TRL's loss receives during the test."""
     seen: list[torch.Tensor] = []
-    original = MonitoredGRPOTrainer._compute_loss
+    original = GRPOTrainer._compute_loss
 
     def spy(self: Any, model: Any, inputs: dict[str, Any]) -> Any:
         seen.append(inputs["advantages"].detach().clone())
         return original(self, model, inputs)
 
-    monkeypatch.setattr(MonitoredGRPOTrainer, "_compute_loss", spy)
+    monkeypatch.setattr(GRPOTrainer, "_compute_loss", spy)
     return seen
 
 
@@ -156,7 +157,8 @@ def test_monitoring_output_scans_and_tensorboard(tmp_path: Path) -> None:
     assert diagnosis.run.channels == CHANNELS
     assert diagnosis.run.weights == WEIGHTS
     assert diagnosis.run.steps == 3
-    assert result.diagnosis is not None and result.diagnosis.verdict in ("healthy", "at_risk", "collapsed")
+    assert result.diagnosis is not None  # three steps are too few for most detectors to judge
+    assert result.diagnosis.verdict in ("healthy", "inconclusive", "at_risk", "collapsed")
     events = EventAccumulator(str(result.output_dir / "tensorboard"))
     events.Reload()
     tags = set(events.Tags()["scalars"])
@@ -180,14 +182,14 @@ def test_resume_continues_from_the_checkpoint(tmp_path: Path) -> None:
 def test_interrupt_saves_a_checkpoint(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from collapse_doctor.retrain import callbacks
 
-    original = callbacks.CollapseDoctorCallback.on_step_begin
+    original = callbacks.RetrainCallback.on_step_begin
 
     def press_ctrl_c(self: Any, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
         if state.global_step == 1:
             self.interrupt.requested = True  # what the SIGINT handler does
         return original(self, args, state, control, **kwargs)
 
-    monkeypatch.setattr(callbacks.CollapseDoctorCallback, "on_step_begin", press_ctrl_c)
+    monkeypatch.setattr(callbacks.RetrainCallback, "on_step_begin", press_ctrl_c)
     result = run_retrain(tiny_options(tmp_path, "grpo", max_steps=5, save_steps=50), final_scan=False)
     assert result.interrupted and result.exit_code() == 130
     assert result.steps == 2
@@ -196,8 +198,8 @@ def test_interrupt_saves_a_checkpoint(tmp_path: Path, monkeypatch: pytest.Monkey
 
 
 def test_fail_on_stops_early(tmp_path: Path) -> None:
-    result = run_retrain(tiny_options(tmp_path, "grpo", max_steps=6, fail_on="info", write_every=1), final_scan=False)
+    result = run_retrain(tiny_options(tmp_path, "grpo", max_steps=9, fail_on="info", write_every=1), final_scan=False)
     assert result.fail_on_findings, "the tiny run has findings at info level"
-    assert result.steps < 6
+    assert result.steps < 9
     assert result.exit_code() == 1
     assert (result.output_dir / f"checkpoint-{result.steps}").is_dir()

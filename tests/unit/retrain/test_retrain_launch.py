@@ -1,11 +1,9 @@
-"""``accelerate launch -m collapse_doctor retrain`` with 2 CPU processes: gathered rollouts, one writer, parity."""
+"""``torchrun -m collapse_doctor retrain`` with 2 CPU processes: gathered rollouts, one writer, parity."""
 
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -16,36 +14,25 @@ import torch
 pytest.importorskip("trl")
 
 from collapse_doctor.advantages import dynamic_gdpo_advantages
+from tests.helpers.paths import ROOT
+from tests.unit.integrations.tiny_trainer import two_processes
 
 pytestmark = pytest.mark.slow
 CHANNELS = ("format", "correct", "length")
 
 
 def test_two_cpu_processes(tmp_path: Path) -> None:
-    launcher = Path(sys.executable).with_name("accelerate")
-    if not launcher.exists() and shutil.which("accelerate") is None:
-        pytest.skip("accelerate launcher not installed")
     config = tmp_path / "tiny.json"
     config.write_text(json.dumps({"group_size": 4, "batch_size_prompts": 4, "learning_rate": 0.01}))
     out = tmp_path / "run"
-    command = [
-        str(launcher if launcher.exists() else "accelerate"),
-        "launch",
-        "--cpu",
-        "--num_processes",
-        "2",
-        "--num_machines",
-        "1",
-        "--mixed_precision",
-        "no",
-        "--dynamo_backend",
-        "no",
-        "-m",
+    command = two_processes(
         "collapse_doctor",
         "retrain",
         "--algo",
         "gdpo-dynamic",
         "--demo",
+        "--demo-task",
+        "sums",
         "--config",
         str(config),
         "--max-steps",
@@ -58,8 +45,8 @@ def test_two_cpu_processes(tmp_path: Path) -> None:
         "2",
         "--output-dir",
         str(out),
-    ]
-    result = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    )
+    result = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert result.returncode == 0, result.stderr[-3000:]
     table = pq.read_table(out / "rollouts").to_pandas()
     # each step holds both processes' completions (4 prompts x 4), written once by the main process
