@@ -19,6 +19,7 @@ import math
 import os
 import signal
 import sys
+import threading
 import time
 import typing
 from collections.abc import Callable, Iterator, Mapping
@@ -45,7 +46,26 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
+    context_settings={"help_option_names": ["-h", "--help"]},
 )
+
+
+def _plain_argument_help() -> None:
+    """Show positional arguments as users type them: ``PATH...`` in the usage line and the help, where Typer
+    would show ``{PATH...}...`` and ``PATH... <list[str]>`` (its type label is Python's, not the user's)."""
+    from typer.core import TyperArgument
+
+    def usage_name(self: TyperArgument) -> str:
+        name = self.display_name_raw
+        if self.nargs != 1 and not name.endswith("..."):
+            name += "..."
+        return name if self.required else f"[{name}]"
+
+    TyperArgument._usage_display_name = usage_name  # type: ignore[method-assign]
+    TyperArgument.display_type_rich = lambda self, ctx: None  # type: ignore[method-assign]
+
+
+_plain_argument_help()
 
 EXIT_OK, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
 
@@ -87,6 +107,24 @@ FailOnOption = Annotated[
 ConfigOption = Annotated[Path | None, typer.Option("--config", help="Config file (TOML) with thresholds.")]
 OnlyOption = Annotated[str | None, typer.Option("--only", help="Run only these detector codes (CD101,CD3...).")]
 IgnoreOption = Annotated[str | None, typer.Option("--ignore", help="Skip these detector codes.")]
+BaselineOption = Annotated[
+    str | None,
+    typer.Option(
+        "--baseline",
+        metavar="GOOD_RUN",
+        help="Gate against this known-good run (PATH or PATH@RUN): exit 1 only when the run regressed against it.",
+    ),
+]
+ZeroAdvMarginOption = Annotated[
+    float | None,
+    typer.Option(
+        "--zero-adv-margin", help="Gate: allowed growth of the zero-advantage share, absolute (default 0.05)."
+    ),
+]
+RelGainMarginOption = Annotated[
+    float | None,
+    typer.Option("--rel-gain-margin", help="Gate: allowed drop of a channel's rel_gain now, relative (default 0.25)."),
+]
 
 INPUT, VERDICT, DETECTORS, RUNS = "input", "verdict", "detectors", "runs"
 """The groups of shared options: how to read the run (and where), how to judge it, which detectors, which run."""
@@ -157,10 +195,15 @@ class DelayedProgress:
         self._progress: Any = None
         self._task: Any = None
         self._enabled = sys.stderr.isatty() and not os.environ.get("CI")
+        self._lock = threading.Lock()  # the runs of a sweep report from several threads
 
     def __call__(self, done: int, total: int) -> None:
         if not self._enabled:
             return
+        with self._lock:
+            self._update(done, total)
+
+    def _update(self, done: int, total: int) -> None:
         if self._progress is None:
             if time.monotonic() - self._started < self._delay:
                 return
@@ -341,12 +384,20 @@ def scan(
     output_format: Annotated[
         str, typer.Option("--format", help="stdout format: text, json or github (workflow annotations).")
     ] = "text",
+    summary_only: Annotated[
+        bool,
+        typer.Option("--summary-only", help="Several runs: print the summary table (one line per run) only."),
+    ] = False,
+    baseline: BaselineOption = None,
+    zero_adv_margin: ZeroAdvMarginOption = None,
+    rel_gain_margin: RelGainMarginOption = None,
     *,
     options: ScanOptions,
 ) -> None:
     """Diagnose a run: verdict, per-channel table, findings with evidence and remedy; exit code for CI.
 
     Exit codes: 0 nothing at or above --fail-on, 1 findings at or above it, 2 bad input or usage.
+    With --baseline GOOD_RUN: 1 when the run regressed against the baseline (see docs/ci.md), else 0.
     """
     from collapse_doctor.report.outputs import OutputRequest
 
@@ -358,9 +409,87 @@ def scan(
         html=html_out,
         step_summary=_step_summary(),
         color=_color(),
+        summary_only=summary_only,
     )
-    code, _ = _scan(paths, options, request, stdout=sys.stdout)
+    if baseline is None:
+        if zero_adv_margin is not None or rel_gain_margin is not None:
+            from collapse_doctor.errors import UsageError
+
+            raise UsageError("--zero-adv-margin and --rel-gain-margin need --baseline", hint="scan RUN --baseline GOOD")
+        code, results = _scan(paths, options, request, stdout=sys.stdout)
+        _report_written(request, results)
+        raise typer.Exit(code)
+    from collapse_doctor.compare import check_margin, load_runs
+
+    check_margin(zero_adv_margin, "--zero-adv-margin")
+    check_margin(rel_gain_margin, "--rel-gain-margin")
+    # The baseline first: a bad baseline fails before the run is scanned.
+    # Its files are inputs too: no output of the scan may overwrite them.
+    base_args, base_results = load_runs([baseline], options.with_(run_name=None), minimum=1, outputs=request.files())
+    _, results = _scan(paths, options, request, stdout=sys.stdout)
+    _report_written(request, results)
+    code = _gate_runs(
+        base_args[0].label,
+        base_results[0].diagnosis,
+        results,
+        zero_adv_margin,
+        rel_gain_margin,
+        to_stderr=output_format != "text",
+    )
     raise typer.Exit(code)
+
+
+def _gate_runs(
+    baseline_label: str,
+    baseline: Diagnosis,
+    results: list[ScanResult],
+    zero_adv_margin: float | None,
+    rel_gain_margin: float | None,
+    *,
+    to_stderr: bool,
+) -> int:
+    """Judge every scanned run against the baseline, print each gate, return the exit code (1: a regression)."""
+    from collapse_doctor.compare import ComparedRun, GateSettings, regression_gate
+    from collapse_doctor.report.compare_text import render_gate
+
+    config = results[0].diagnosis.config
+    settings = GateSettings.resolve(
+        config.gate, fail_on=config.fail_on, zero_advantage_margin=zero_adv_margin, rel_gain_margin=rel_gain_margin
+    )
+    out = sys.stderr if to_stderr else sys.stdout
+    plain = _color() is False or not out.isatty()
+    code = EXIT_OK
+    for result in results:
+        diagnosis = result.diagnosis
+        label = diagnosis.run.name or describe_run(diagnosis)
+        gate = regression_gate(ComparedRun(baseline_label, baseline), ComparedRun(label, diagnosis), settings)
+        out.write("\n")
+        render_gate(gate, out, color=False if plain else None)
+        code = max(code, gate.exit_code)
+    return code
+
+
+def describe_run(diagnosis: Diagnosis) -> str:
+    from collapse_doctor.report.ci import describe_sources
+
+    return describe_sources(diagnosis.run.sources)
+
+
+def _report_written(request: OutputRequest, results: list[ScanResult]) -> None:
+    """One ``wrote PATH (SIZE): WHAT`` line on stderr per file written (stdout stays the scan's own output)."""
+    from collapse_doctor.report.outputs import written_files
+    from collapse_doctor.text_safety import printable
+
+    for what, path in written_files(request, results):
+        try:
+            size = f" ({_size(path.stat().st_size)})" if path.is_file() else ""
+        except OSError:
+            size = ""
+        _err(f"wrote {printable(path)}{size}: {what}")
+
+
+def _size(size: int) -> str:
+    return f"{size / 1e6:.1f} MB" if size >= 1e5 else f"{size / 1e3:.1f} kB"
 
 
 @app.command()
@@ -376,24 +505,111 @@ def report(
     Same input and detector options as scan, and the same exit codes: 0 nothing at or above
     --fail-on, 1 findings at or above it, 2 bad input or usage.
     """
-    from collapse_doctor.findings import VERDICTS
+    from collapse_doctor.findings import VERDICTS, worst_verdict
     from collapse_doctor.io.atomic import is_stdout
-    from collapse_doctor.report.outputs import OutputRequest
+    from collapse_doctor.report.outputs import OutputRequest, written_files
     from collapse_doctor.text_safety import printable
 
-    code, results = _scan(paths, options, OutputRequest(html=html_out), stdout=None)
+    request = OutputRequest(html=html_out)
+    code, results = _scan(paths, options, request, stdout=None)
     to_stdout = is_stdout(html_out)  # the report is on stdout: the summary goes to stderr
     size = "" if to_stdout else f" ({html_out.stat().st_size / 1e6:.1f} MB)"
-    for result in results:  # one: the dispatcher refuses --html with several runs
+    if len(results) > 1:
+        for what, path in written_files(request, results)[1:]:
+            typer.echo(f"wrote {printable(path)}: {what}")
+    for result in results:
         diagnosis = result.diagnosis
         for warning in diagnosis.run.warnings:
             _err(f"warning: {printable(warning)}")
-        typer.echo(
-            f"wrote {printable(html_out)}{size}: {VERDICTS[diagnosis.verdict]}, "
-            f"{len(diagnosis.findings)} finding(s), {diagnosis.run.steps:,} steps",
-            err=to_stdout,
-        )
+        if len(results) == 1:
+            typer.echo(
+                f"wrote {printable(html_out)}{size}: {VERDICTS[diagnosis.verdict]}, "
+                f"{len(diagnosis.findings)} finding(s), {diagnosis.run.steps:,} steps",
+                err=to_stdout,
+            )
+    if len(results) > 1:
+        worst = VERDICTS[worst_verdict(r.diagnosis.verdict for r in results)]
+        typer.echo(f"wrote {printable(html_out)}: index of {len(results)} runs, worst verdict {worst}", err=to_stdout)
     raise typer.Exit(code)
+
+
+@app.command()
+@shared_options(INPUT, VERDICT, DETECTORS)
+def compare(
+    runs: Annotated[
+        list[str],
+        typer.Argument(
+            metavar="RUN...",
+            help="Two or more runs, each anything scan takes (file, directory, glob, URL); PATH@NAME picks one run"
+            " of a directory that holds several. The first is the baseline of --gate.",
+        ),
+    ],
+    json_out: Annotated[
+        Path | None, typer.Option("--json", help="Write the comparison as JSON to this file ('-': stdout).")
+    ] = None,
+    html_out: Annotated[
+        Path | None, typer.Option("--html", help="Write one offline HTML page with the runs overlaid to this file.")
+    ] = None,
+    output_format: Annotated[str, typer.Option("--format", help="stdout format: text or json.")] = "text",
+    align: Annotated[
+        str, typer.Option("--align", help="Align the runs by step (default) or by fraction of training.")
+    ] = "step",
+    gate: Annotated[
+        bool, typer.Option("--gate", help="Judge every later run against the first: exit 1 on a regression.")
+    ] = False,
+    zero_adv_margin: ZeroAdvMarginOption = None,
+    rel_gain_margin: RelGainMarginOption = None,
+    *,
+    options: ScanOptions,
+) -> None:
+    """Compare runs side by side: verdicts, signal budgets, channel tables, findings only one run has, onsets.
+
+    Exit codes: 0 compared (with --gate: no run regressed against the first), 1 with --gate a run regressed,
+    2 bad input or usage.
+    """
+    from collapse_doctor.compare import GateSettings, check_margin, compare_runs
+    from collapse_doctor.errors import UsageError
+
+    if output_format not in ("text", "json"):
+        raise UsageError(f"--format {output_format!r} is not one of text, json")
+    if not gate and (zero_adv_margin is not None or rel_gain_margin is not None):
+        raise UsageError("--zero-adv-margin and --rel-gain-margin need --gate", hint="compare GOOD NEW --gate")
+    check_margin(zero_adv_margin, "--zero-adv-margin")
+    check_margin(rel_gain_margin, "--rel-gain-margin")
+
+    def settings(config: Any) -> GateSettings | None:
+        if not gate:
+            return None
+        return GateSettings.resolve(
+            config.gate, fail_on=config.fail_on, zero_advantage_margin=zero_adv_margin, rel_gain_margin=rel_gain_margin
+        )
+
+    outputs = {"--json": json_out, "--html": html_out}
+    with DelayedProgress("scanning") as progress:
+        comparison, inputs = compare_runs(
+            runs, options, align=align, gate=settings, outputs=outputs, on_progress=progress
+        )
+    from collapse_doctor.io.atomic import atomic_path, is_stdout
+    from collapse_doctor.report.compare_html import write_comparison_html
+    from collapse_doctor.report.compare_text import render_comparison
+    from collapse_doctor.text_safety import printable
+
+    text = comparison.to_json() + "\n"
+    if json_out is not None and not is_stdout(json_out):
+        with atomic_path(json_out, inputs=inputs) as tmp:
+            tmp.write_text(text, encoding="utf-8", errors="backslashreplace")
+        _err(f"wrote {printable(json_out)}: comparison JSON of {len(comparison.runs)} runs")
+    if html_out is not None:
+        write_comparison_html(html_out, comparison, inputs=inputs)
+        if not is_stdout(html_out):
+            _err(f"wrote {printable(html_out)}: comparison HTML of {len(comparison.runs)} runs")
+    if output_format == "json" or (json_out is not None and is_stdout(json_out)):
+        sys.stdout.write(text)
+    elif html_out is None or not is_stdout(html_out):
+        plain = _color() is False or not sys.stdout.isatty()
+        render_comparison(comparison, sys.stdout, color=False if plain else None)
+    sys.stdout.flush()
+    raise typer.Exit(max((g.exit_code for g in comparison.gates), default=EXIT_OK))
 
 
 @app.command()
@@ -413,17 +629,21 @@ def watch(
 
     Exit codes: 1 a finding at or above --fail-on, 0 Ctrl-C (with a summary), 2 bad input or usage.
     """
-    from collapse_doctor.watch import finding_line
+    from collapse_doctor.watch import MIN_INTERVAL, WatchState, finding_line
     from collapse_doctor.watch import watch as follow
 
     # 0 only with the hidden --max-polls (tests): without a pause the poll loop would spin a core.
-    if not math.isfinite(interval) or interval < 0 or (interval == 0 and max_polls is None):
+    if not math.isfinite(interval) or (interval < MIN_INTERVAL and not (interval == 0 and max_polls is not None)):
         from collapse_doctor.errors import UsageError
 
-        raise UsageError(f"--interval {interval:g}: expected a positive number of seconds", hint="e.g. --interval 30")
+        raise UsageError(
+            f"--interval {interval:g}: expected at least {MIN_INTERVAL:g} seconds between polls",
+            hint="e.g. --interval 30",
+        )
     typer.echo(f"watching {', '.join(paths)} every {interval:g} s (fail-on {fail_on}); Ctrl-C to stop")
+    state = WatchState()
     try:
-        state = follow(
+        follow(
             paths,
             options,
             interval=interval,
@@ -431,10 +651,14 @@ def watch(
             max_polls=max_polls,
             on_finding=lambda diagnosis, finding: typer.echo(finding_line(diagnosis, finding)),
             on_note=_err,
+            state=state,
         )
     except KeyboardInterrupt:
-        typer.echo("stopped (Ctrl-C)")
+        typer.echo(f"stopped (Ctrl-C): {state.summary()}")
         raise typer.Exit(EXIT_OK) from None
+    except Terminated:
+        typer.echo(f"stopped (SIGTERM): {state.summary()}")
+        raise
     typer.echo(state.summary())
     if state.failing is not None:
         typer.echo(f"stopping: {state.failing.code} is at or above --fail-on {fail_on}")
@@ -443,13 +667,15 @@ def watch(
 
 @app.command()
 def explain(
-    code: Annotated[str | None, typer.Argument(help="Detector code, e.g. CD101 (omit to list all).")] = None,
+    code: Annotated[
+        str | None,
+        typer.Argument(metavar="CODE", help="Detector code, e.g. CD101, or a prefix such as CD1 (omit to list all)."),
+    ] = None,
     debug: DebugOption = False,
 ) -> None:
     """What a detector checks, why it matters, its evidence and the remedy."""
     with user_errors(debug):
         from collapse_doctor.detectors import REGISTRY
-        from collapse_doctor.errors import UsageError
 
         if code is None:
             for known in sorted(REGISTRY):
@@ -460,18 +686,25 @@ def explain(
                     summary = summary[: -len(named)] + "."
                 typer.echo(f"{known}  {detector.name:26s} {summary}")
             return
-        key = code.strip().upper()
-        if key not in REGISTRY:
+        # The same codes and prefixes as --only: CD101, CD1, CD1XX.
+        prefix = code.strip().upper().rstrip("X")
+        matched = [known for known in sorted(REGISTRY) if prefix and known.startswith(prefix)]
+        if not matched:
+            from collapse_doctor.errors import UsageError
+
             raise UsageError(f"unknown detector code {code!r}", hint=f"known codes: {', '.join(sorted(REGISTRY))}")
-        detector = REGISTRY[key]
-        typer.echo(f"{key} {detector.name} (default severity {detector.default_severity.label})")
-        typer.echo("")
-        typer.echo(detector.explain())
-        if detector.thresholds:
+        for i, key in enumerate(matched):
+            detector = REGISTRY[key]
+            if i:
+                typer.echo("\n" + "-" * 72 + "\n")
+            typer.echo(f"{key} {detector.name} (default severity {detector.default_severity.label})")
             typer.echo("")
-            typer.echo(f"Thresholds ([tool.collapse-doctor.thresholds.{key}])")
-            for name, value in detector.thresholds.items():
-                typer.echo(f"    {name} = {value:g}")
+            typer.echo(detector.explain())
+            if detector.thresholds:
+                typer.echo("")
+                typer.echo(f"Thresholds ([tool.collapse-doctor.thresholds.{key}])")
+                for name, value in detector.thresholds.items():
+                    typer.echo(f"    {name} = {value:g}")
 
 
 @app.command()
@@ -480,7 +713,7 @@ def simulate(
     output: Annotated[Path, typer.Option("-o", "--output", help="Output Parquet file.")],
     steps: Annotated[int, typer.Option("--steps", min=1, help="Training steps.")] = 400,
     groups: Annotated[int, typer.Option("--groups", min=1, help="Prompts (groups) per step.")] = 64,
-    group_size: Annotated[int, typer.Option("--group-size", min=1, help="Completions per prompt.")] = 8,
+    group_size: Annotated[int, typer.Option("--group-size", min=2, help="Completions per prompt.")] = 8,
     seed: Annotated[int, typer.Option("--seed", help="Random seed.")] = 0,
     onset_step: Annotated[
         int | None, typer.Option("--onset-step", help="Step where the scenario's failure starts.")
@@ -511,7 +744,9 @@ def simulate(
 
         typer.echo(
             f"wrote {summary.path}: scenario {scenario}, {summary.rows:,} rows, {summary.steps} steps, "
-            f"channels {', '.join(summary.channels)}; ground truth: onset step {onset}, affected {affected}; "
+            f"channels {', '.join(summary.channels)}; ground truth: "
+            + (f"onset step {onset}" if onset is not None else "no onset (healthy)")
+            + f", affected {affected}; "
             f"{time.perf_counter() - started:.1f} s",
             err=is_stdout(output),  # with `-o -` the Parquet file is on stdout
         )
@@ -534,6 +769,10 @@ def retrain(
     config: Annotated[Path | None, typer.Option("--config", help="Training settings (JSON or TOML).")] = None,
     from_scan: Annotated[
         Path | None, typer.Option("--from-scan", help="Apply the remedies of a `scan --json` result.")
+    ] = None,
+    from_scan_run: Annotated[
+        str | None,
+        typer.Option("--from-scan-run", help="With a scan of several runs: the run (source or directory name) to use."),
     ] = None,
     output_dir: Annotated[
         Path | None, typer.Option("--output-dir", help="Where checkpoints, rollouts and TensorBoard go.")
@@ -558,7 +797,10 @@ def retrain(
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="Print the plan and the resolved TRL GRPOConfig; train nothing.")
     ] = False,
-    demo: Annotated[bool, typer.Option("--demo", help="Built-in tiny model and arithmetic task (CPU).")] = False,
+    demo: Annotated[bool, typer.Option("--demo", help="Built-in tiny model and task (CPU, no download).")] = False,
+    demo_task: Annotated[
+        str, typer.Option("--demo-task", help="With --demo: copy (digit copying, default) or sums.")
+    ] = "copy",
     debug: DebugOption = False,
 ) -> None:
     """Corrective fine-tune on TRL's GRPOTrainer (grpo, gdpo, gdpo-dynamic), monitored by the doctor.
@@ -584,9 +826,11 @@ def retrain(
             weights=parse_weights(weights),
             config=config,
             from_scan=from_scan,
+            from_scan_run=from_scan_run,
             max_steps=max_steps,
             resume=resume,
             demo=demo,
+            demo_task=demo_task,
             fail_on=fail_on,
             scale=scale,
             max_completion_length=max_completion_length,

@@ -18,6 +18,10 @@ level)::
     [tool.collapse-doctor.thresholds.CD101]
     warn_ratio = 0.3
 
+    [tool.collapse-doctor.gate]        # scan --baseline / compare --gate
+    zero_advantage_margin = 0.05   # absolute growth of the zero-advantage share allowed
+    rel_gain_margin = 0.25         # relative drop of a channel's rel_gain (now) allowed
+
 Unknown keys, codes and threshold names are errors that name the key. The known codes and their
 default thresholds are handed in by the caller (the pipeline passes the detector registry's
 :func:`~collapse_doctor.detectors.base.threshold_defaults`), so this value module imports no detector.
@@ -44,7 +48,9 @@ __all__ = ["CONFIG_FILE", "FAIL_ON_LEVELS", "Config", "check_fail_on", "find_con
 ThresholdDefaults = Mapping[str, Mapping[str, float]]
 """``{code: {threshold name: default}}`` for every known detector code (codes without thresholds map to {})."""
 CONFIG_FILE = "collapse-doctor.toml"
-_TOP_KEYS = {"fail_on", "only", "ignore", "persistence", "min_persistence", "severity", "thresholds"}
+_TOP_KEYS = {"fail_on", "only", "ignore", "persistence", "min_persistence", "severity", "thresholds", "gate"}
+GATE_KEYS = {"zero_advantage_margin": 0.05, "rel_gain_margin": 0.25}
+"""The ``[tool.collapse-doctor.gate]`` keys (``scan --baseline``, ``compare --gate``) and their defaults."""
 
 
 @dataclass(frozen=True)
@@ -59,6 +65,8 @@ class Config:
     severity: Mapping[str, str] = field(default_factory=dict)
     thresholds: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
     """Thresholds set by a config file: ``{code: {name: value}}``."""
+    gate: Mapping[str, float] = field(default_factory=dict)
+    """Margins of the regression gate set by a config file (keys of :data:`GATE_KEYS`)."""
     defaults: ThresholdDefaults = field(default_factory=dict, repr=False)
     """The detectors' own thresholds, filled in by :func:`load_config`."""
 
@@ -90,10 +98,14 @@ def _load_toml(path: Path) -> dict[str, Any]:
 
 
 def _table_of(path: Path, data: dict[str, Any]) -> dict[str, Any] | None:
-    if path.name == "pyproject.toml":
-        tool = data.get("tool", {})
-        table = tool.get("collapse-doctor") if isinstance(tool, dict) else None
+    """Our table: ``[tool.collapse-doctor]`` wherever it is (pyproject.toml or any file given with --config),
+    else, in a file that is not pyproject.toml, the whole file (``collapse-doctor.toml`` style)."""
+    tool = data.get("tool")
+    if isinstance(tool, dict) and "collapse-doctor" in tool:
+        table = tool["collapse-doctor"]
         return table if isinstance(table, dict) else None
+    if path.name == "pyproject.toml":
+        return None
     return data
 
 
@@ -151,6 +163,18 @@ def parse_config(table: Mapping[str, Any], *, source: str, base: Config) -> Conf
             Severity.parse(str(level), option=f"{source}: severity.{code}")
             severity[code.upper()] = str(level).lower()
         changes["severity"] = severity
+    if "gate" in table:
+        gate = dict(config.gate)
+        for name, value in _mapping(table["gate"], "gate", source).items():
+            name = name.replace("-", "_")
+            if name not in GATE_KEYS:
+                raise UsageError(
+                    f"{source}: unknown key 'gate.{name}'", hint=f"known gate keys: {', '.join(sorted(GATE_KEYS))}"
+                )
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
+                raise UsageError(f"{source}: 'gate.{name}' must be a number between 0 and 1, got {value!r}")
+            gate[name] = float(value)
+        changes["gate"] = gate
     if "thresholds" in table:
         thresholds = {code: dict(values) for code, values in config.thresholds.items()}
         for code, values in _mapping(table["thresholds"], "thresholds", source).items():

@@ -16,9 +16,10 @@ import numpy as np
 from collapse_doctor.errors import UsageError
 
 FAIL_ON_LEVELS: tuple[str, ...] = ("never", "info", "warning", "critical")
-VERDICTS = {"healthy": "HEALTHY", "at_risk": "AT RISK", "collapsed": "COLLAPSED"}
-"""Verdict keys (JSON) and how they are shown."""
-VERDICT_ORDER: tuple[str, ...] = ("healthy", "at_risk", "collapsed")
+VERDICTS = {"healthy": "HEALTHY", "inconclusive": "INCONCLUSIVE", "at_risk": "AT RISK", "collapsed": "COLLAPSED"}
+"""Verdict keys (JSON) and how they are shown. ``inconclusive``: no selected detector could judge the run (too
+short, or the data a detector needs is missing); a gate never passes it (:func:`exit_code`)."""
+VERDICT_ORDER: tuple[str, ...] = ("healthy", "inconclusive", "at_risk", "collapsed")
 """Verdicts from best to worst (a several-run scan reports the worst)."""
 
 
@@ -121,18 +122,33 @@ def failing(findings: Iterable[Finding], fail_on: str) -> list[Finding]:
     return [f for f in findings if f.severity >= threshold]
 
 
-def verdict_of(findings: Sequence[Finding]) -> str:
-    """``collapsed`` with a critical finding, ``at_risk`` with a warning, else ``healthy``.
+def verdict_of(findings: Sequence[Finding], *, judged: bool = True) -> str:
+    """``collapsed`` with a critical finding, ``at_risk`` with a warning, else ``healthy``, or ``inconclusive``
+    when no detector could judge the run (``judged=False``) and nothing was found.
 
     >>> verdict_of([Finding("CD101", Severity.WARNING, "t", "m")])
     'at_risk'
+    >>> verdict_of([], judged=False)
+    'inconclusive'
     """
     levels = {f.severity for f in findings}
     if Severity.CRITICAL in levels:
         return "collapsed"
     if Severity.WARNING in levels:
         return "at_risk"
-    return "healthy"
+    return "healthy" if judged or findings else "inconclusive"
+
+
+def exit_code(verdict: str, failing_findings: Sequence[Finding], fail_on: str) -> int:
+    """1 when a finding fails the gate, or when the run could not be judged (``inconclusive``) and the gate is
+    on: a gate must never pass a run it did not judge (``--fail-on never`` lets it through); else 0.
+
+    >>> exit_code("inconclusive", [], "critical"), exit_code("inconclusive", [], "never")
+    (1, 0)
+    """
+    if failing_findings:
+        return 1
+    return 1 if verdict == "inconclusive" and check_fail_on(fail_on) != "never" else 0
 
 
 def worst_verdict(verdicts: Iterable[str]) -> str:

@@ -47,3 +47,20 @@ def pct(value: Any) -> str:
     if value is None or not math.isfinite(value):
         return "-"
     return f"{value:.0%}"
+
+
+def fixed(value: float, digits: int = 2) -> str:
+    """A reward-scale number for a table cell, never wider than about 10 characters: ``digits`` decimals, small
+    magnitudes in ``g`` form, and magnitudes of a million or more in scientific form.
+
+    >>> fixed(0.5), fixed(0.004), fixed(123456.789), fixed(5.07e9), fixed(float("nan"))
+    ('0.50', '0.004', '123456.79', '5.07e+09', '-')
+    """
+    if not math.isfinite(value):
+        return "-"
+    magnitude = abs(value)
+    if magnitude >= 1e6:
+        return f"{value:.{digits}e}"
+    if magnitude < 1e-2 and value != 0:
+        return f"{value:.{digits}g}"
+    return f"{value:.{digits}f}"

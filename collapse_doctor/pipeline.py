@@ -31,8 +31,10 @@ from collapse_doctor.detectors.runner import run_detectors
 from collapse_doctor.errors import InputError
 from collapse_doctor.findings import Finding, verdict_of
 from collapse_doctor.io.discovery import RunInputs, choose_run, discover_runs
+from collapse_doctor.io.list_files import expand_list_files
 from collapse_doctor.io.open import open_rollouts, read_scalar_log
 from collapse_doctor.options import ReadOptions, ScanOptions
+from collapse_doctor.parallel import available_cores, map_ordered
 from collapse_doctor.reduce import empty_series, reduce_rollouts
 from collapse_doctor.result import Diagnosis, RunSummary
 from collapse_doctor.schema import resolve_weights
@@ -137,8 +139,10 @@ def resolve_config(files: Sequence[Path], options: ScanOptions) -> tuple[Config,
 
 
 def plan_scan(paths: Sequence[str | Path], options: ScanOptions | None = None) -> ScanPlan:
-    """Discover the runs under ``paths`` (once), pick ``options.run_name`` if given, resolve the configuration."""
+    """Discover the runs under ``paths`` (once; ``@FILE`` lists inputs one per line), pick ``options.run_name`` if
+    given, resolve the configuration."""
     options = options or ScanOptions()
+    paths = expand_list_files(paths)
     found = discover_runs(paths)
     runs = [choose_run(found, options.run_name)] if options.run_name is not None else found
     config, codes = resolve_config(runs[0].files, options)
@@ -169,7 +173,7 @@ def detect(
     ctx = DetectionContext(run=summary, series=series, config=config, scalars=scalars)
     findings, skipped = run_detectors(ctx, codes)
     return Diagnosis(
-        verdict=verdict_of(findings),
+        verdict=verdict_of(findings, judged=any(code not in skipped for code in codes)),
         findings=tuple(findings),
         run=summary,
         series=series,
@@ -285,8 +289,9 @@ def _with_inferred_weights(
 
 
 def run_scan(plan: ScanPlan, hooks: ScanHooks | None = None) -> list[ScanResult]:
-    """Scan every run of a plan, in discovery order."""
-    return [scan_run(plan, run, hooks) for run in plan.runs]
+    """Scan every run of a plan; several runs (a sweep) are scanned at once, one thread per core, and come back in
+    discovery order (each run's own chunks go to :class:`~collapse_doctor.workers.ChunkWorkers` as usual)."""
+    return map_ordered(lambda run: scan_run(plan, run, hooks), plan.runs, available_cores())
 
 
 def diagnose(paths: Sequence[str | Path], options: ScanOptions | None = None) -> Diagnosis:

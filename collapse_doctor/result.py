@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from collapse_doctor.config import Config
-from collapse_doctor.findings import Finding, failing, plain
+from collapse_doctor.findings import Finding, exit_code, failing, plain
 from collapse_doctor.numbers import pct
 
 if TYPE_CHECKING:
@@ -111,7 +111,19 @@ class Diagnosis:
         return failing(self.findings, fail_on or self.config.fail_on)
 
     def exit_code(self, fail_on: str | None = None) -> int:
-        return 1 if self.failing(fail_on) else 0
+        """1 when a finding fails ``fail_on`` or the run could not be judged (see :func:`findings.exit_code`)."""
+        return exit_code(self.verdict, self.failing(fail_on), fail_on or self.config.fail_on)
+
+    def gate_summary(self, fail_on: str | None = None) -> str:
+        """What the gate does, in words: ``"2 failing -> exit 1"``, ``"nothing failing -> exit 0"``, or why a run
+        no detector could judge fails it."""
+        level = fail_on or self.config.fail_on
+        failing_now = self.failing(level)
+        if failing_now:
+            return f"{len(failing_now)} failing -> exit 1"
+        if self.exit_code(level):
+            return "nothing judged -> exit 1 (no selected detector could judge this run; --fail-on never passes it)"
+        return "nothing failing -> exit 0"
 
     def channel_table(self) -> list[dict[str, Any]]:
         """Per channel: weight, rel_gain peak -> now, variance share, constant-group share (see ``channels``)."""

@@ -106,6 +106,11 @@ def _strip_prefix(name: str) -> str | None:
     return None
 
 
+def discover_reward_name(name: str) -> bool:
+    """Whether column discovery takes a column of this name for a reward (``reward/x``, ``reward_x``, ...)."""
+    return name == REWARD_STRUCT or _strip_prefix(name) is not None
+
+
 def _describe(schema: pa.Schema) -> str:
     names = list(schema.names)
     shown = ", ".join(names[:20]) + (f", ... ({len(names)} in all)" if len(names) > 20 else "")
@@ -139,6 +144,11 @@ def _discover_rewards(schema: pa.Schema, source: str) -> list[RewardColumn]:
         channel = _strip_prefix(f.name)
         if channel is not None:
             found.append(RewardColumn(channel, f.name))
+        elif f.name in REWARD_PREFIXES:
+            raise SchemaError(
+                f"{source}: column {f.name!r} looks like a reward column but has an empty channel name",
+                hint=f"rename it {f.name}<channel>, or pick the reward columns with --reward-cols",
+            )
     return found
 
 
@@ -206,6 +216,13 @@ def discover_columns(
             f"'rewards.<channel>' and a 'rewards' struct); found columns: {_describe(schema)}",
             hint="pass --reward-cols a,b,c",
         )
+    taken = {step: "step", group: "group"} if group else {step: "step"}
+    clash = next((r for r in rewards if r.column in taken and r.struct_field is None), None)
+    if clash is not None:
+        raise UsageError(
+            f"{source}: --reward-cols names {clash.column!r}, the run's {taken[clash.column]} column",
+            hint="a column is either the step, the group or a reward; pass the reward columns only",
+        )
     channels = [r.channel for r in rewards]
     duplicates = sorted({c for c in channels if channels.count(c) > 1})
     if duplicates:
@@ -251,6 +268,44 @@ def check_same_layout(schema: pa.Schema, columns: ColumnMap, *, source: str) -> 
     _check_reward_types(schema, columns.rewards, source)
 
 
+def unified_types(schemas: Sequence[pa.Schema], columns: ColumnMap, sources: Sequence[str]) -> dict[str, pa.DataType]:
+    """The type each column is read as, for the columns whose type differs between the files of a run.
+
+    Numbers of different types (an int64 reward in one file, a double in the next) are read as float64, text of
+    different encodings as string; anything else (an integer group id in one file, a string in another) is a
+    SchemaError naming the file, the column and both types.
+
+    >>> a = pa.schema([("step", pa.int64()), ("group_id", pa.int64()), ("reward/x", pa.int64())])
+    >>> b = pa.schema([("step", pa.int64()), ("group_id", pa.int64()), ("reward/x", pa.float64())])
+    >>> unified_types([a, b], discover_columns(a, source="a"), ["a", "b"])
+    {'reward/x': DataType(double)}
+    """
+    out: dict[str, pa.DataType] = {}
+    first = schemas[0]
+    for name in columns.source_columns:
+        want = first.field(name).type
+        for schema, source in zip(schemas[1:], sources[1:], strict=True):
+            have = schema.field(name).type
+            if have == want:
+                continue
+            if _is_numeric(have) and _is_numeric(want):
+                out[name] = pa.float64()
+            elif _is_text(have) and _is_text(want):
+                out[name] = pa.string()
+            else:
+                raise SchemaError(
+                    f"{source}: column {name!r} has type {have} here but {want} in the run's first file ({sources[0]})",
+                    hint="write every file of a run with the same schema, or scan the files separately",
+                )
+    return out
+
+
+def _is_text(dtype: pa.DataType) -> bool:
+    if pa.types.is_dictionary(dtype):
+        dtype = dtype.value_type
+    return bool(pa.types.is_string(dtype) or pa.types.is_large_string(dtype))
+
+
 def parse_weights(text: str | None) -> dict[str, float]:
     """Parse ``--weights format=1,correct=0.5``.
 
@@ -284,12 +339,19 @@ def metadata_weights(metadata: Mapping[bytes, bytes] | None, *, source: str) -> 
         return {}
     try:
         data = json.loads(raw)
-        return {str(k): float(v) for k, v in data.items()}
+        weights = {str(k): float(v) for k, v in data.items()}
     except (ValueError, TypeError, AttributeError) as exc:
         raise SchemaError(
             f"{source}: metadata {WEIGHTS_METADATA_KEY!r} is not a JSON object of numbers ({exc})",
             hint="fix the metadata or pass --weights",
         ) from exc
+    bad = next(((k, v) for k, v in weights.items() if not math.isfinite(v)), None)
+    if bad is not None:
+        raise SchemaError(
+            f"{source}: metadata {WEIGHTS_METADATA_KEY!r} gives channel {bad[0]!r} the weight {bad[1]}",
+            hint="weights must be finite numbers; fix the metadata or pass --weights",
+        )
+    return weights
 
 
 def resolve_weights(channels: Sequence[str], cli: Mapping[str, float], stored: Mapping[str, float]) -> dict[str, float]:
@@ -304,7 +366,14 @@ def resolve_weights(channels: Sequence[str], cli: Mapping[str, float], stored: M
             f"--weights names unknown channel(s) {unknown}; the run's channels are {list(channels)}",
             hint="use the channel names shown by the reward columns",
         )
-    return {c: float(cli.get(c, stored.get(c, 1.0))) for c in channels}
+    weights = {c: float(cli.get(c, stored.get(c, 1.0))) for c in channels}
+    if weights and all(w == 0 for w in weights.values()):
+        shown = ", ".join(f"{c}=0" for c in channels)
+        raise UsageError(
+            f"every channel weight is 0 ({shown}): the weighted reward is constant, so nothing can be judged",
+            hint="give at least one channel a non-zero weight (--weights name=w)",
+        )
+    return weights
 
 
 @dataclass

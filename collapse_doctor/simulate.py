@@ -645,6 +645,11 @@ def write_simulation(
                 hint="use a smaller --row-group-steps",
             )
     target = Path(path)
+    if str(target) != "-" and target.suffix.lower() not in (".parquet", ".pq", ".parq"):
+        raise UsageError(
+            f"-o {target}: simulate writes Parquet, so the file name must end in .parquet",
+            hint="e.g. -o run.parquet (or -o - for standard output)",
+        )
     schema = _schema(plan)
     rows = 0
     with atomic_path(target) as temp, pq.ParquetWriter(str(temp), schema, compression="zstd") as writer:

@@ -12,6 +12,8 @@ directory, a Parquet file still being written) are waited for.
 
 from __future__ import annotations
 
+import glob
+import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -21,11 +23,16 @@ from typing import TYPE_CHECKING
 from collapse_doctor.errors import InputError
 from collapse_doctor.findings import Finding, Severity, check_fail_on, severity_counts
 from collapse_doctor.options import ScanOptions
+from collapse_doctor.text_safety import printable
 
 if TYPE_CHECKING:
     from collapse_doctor.result import Diagnosis
 
 FindingKey = tuple[str, str, tuple[str, ...], str]
+GIVE_UP_SECONDS = 120.0
+"""How long files that are there, unchanged and unreadable are waited for before watch gives up (exit 2)."""
+MIN_INTERVAL = 0.1
+"""The shortest poll interval in seconds: below it, polling would keep a core busy."""
 
 
 @dataclass
@@ -41,6 +48,8 @@ class WatchState:
     scalar_points: int = 0
     files_reduced: int = 0
     """Per-step rollout files read so far (each once unless it changed)."""
+    stuck_polls: int = 0
+    """Polls in a row on which files were there, had not changed, and still could not be read."""
 
     def summary(self) -> str:
         found = severity_counts(self.reported.values()) or "no findings"
@@ -48,10 +57,16 @@ class WatchState:
         return f"watched {self.polls} poll(s), {self.scans} scan(s){step}: {found}"
 
 
-def snapshot(paths: Sequence[str | Path]) -> dict[str, tuple[int, int]]:
-    """Size and modification time of every file under the inputs (what a change is judged by)."""
-    out: dict[str, tuple[int, int]] = {}
+def snapshot(paths: Sequence[str | Path]) -> dict[str, tuple[int, int] | tuple[int, int, str]]:
+    """Size and modification time of every file under the inputs (what a change is judged by); objects in storage
+    also by their ETag, from one listing per URL (bounded work per poll)."""
+    from collapse_doctor.io.remote import is_url, snapshot_url
+
+    out: dict[str, tuple[int, int] | tuple[int, int, str]] = {}
     for raw in paths:
+        if is_url(raw):
+            out.update(snapshot_url(str(raw)))
+            continue
         path = Path(raw)
         files = [p for p in path.rglob("*") if p.is_file()] if path.is_dir() else [path]
         for f in files:
@@ -78,27 +93,51 @@ def watch(
     on_note: Callable[[str], None] | None = None,
     on_poll: Callable[[WatchState], None] | None = None,
     sleep: Callable[[float], None] = time.sleep,
+    state: WatchState | None = None,
 ) -> WatchState:
     """Poll ``paths`` until a finding reaches ``fail_on``, ``max_polls`` polls were made, or Ctrl-C.
 
-    ``options`` are the scan's (their ``fail_on`` is ignored: ``fail_on`` here decides). Returns the state;
-    its ``failing`` finding is set when the watch stopped because of ``fail_on``.
+    ``options`` are the scan's (their ``fail_on`` is ignored: ``fail_on`` here decides). Returns the state
+    (``state``, when given, is updated in place, so a caller interrupted by a signal still has it); its
+    ``failing`` finding is set when the watch stopped because of ``fail_on``.
+
+    A path that does not exist is an InputError at once (a typo must not wait forever; a glob may match files
+    later). Inputs that cannot be read yet are waited for: an empty directory, or files that keep changing. Files
+    that stay unchanged and unreadable for :data:`GIVE_UP_SECONDS` (at least 3 polls) are an InputError.
     """
     from collapse_doctor.incremental import IncrementalScan
+    from collapse_doctor.io.list_files import expand_list_files
+    from collapse_doctor.io.remote import is_url
 
     scan_options = options or ScanOptions()
     level = check_fail_on(fail_on)
     threshold = None if level == "never" else Severity[level.upper()]
+    paths = expand_list_files(paths)
+    for raw in paths:
+        if not is_url(raw) and not glob.has_magic(str(raw)) and not Path(raw).exists():
+            raise InputError(
+                f"{raw}: no such file or directory",
+                hint="watch follows an existing run: check the path, or create the output directory first",
+            )
+    patience = max(3, math.ceil(GIVE_UP_SECONDS / interval)) if interval > 0 else 3
     scanner = IncrementalScan()
-    state = WatchState()
-    previous: dict[str, tuple[int, int]] | None = None
+    state = state if state is not None else WatchState()
+    previous: dict[str, tuple[int, int] | tuple[int, int, str]] | None = None
     while max_polls is None or state.polls < max_polls:
         if state.polls:
             sleep(interval)
         state.polls += 1
         current = snapshot(paths)
+        if current == previous and state.last_error is not None and current:
+            state.stuck_polls += 1
+            if state.stuck_polls >= patience:
+                raise InputError(
+                    f"{state.last_error} (unchanged for {state.stuck_polls} polls)",
+                    hint="the files are there but cannot be read; point watch at the run's output directory",
+                )
         if current != previous:
             previous = current
+            state.stuck_polls = 0
             try:
                 diagnoses = scanner.diagnose_runs(paths, scan_options.with_(fail_on="never"))
             except InputError as exc:
@@ -137,4 +176,5 @@ def finding_line(diagnosis: Diagnosis, finding: Finding) -> str:
     run = f" [{diagnosis.run.name}]" if diagnosis.run.name else ""
     where = f" (onset step {finding.onset_step})" if finding.onset_step is not None else ""
     text = f"{stamp} {finding.severity.label.upper()} {finding.code}{run} {finding.title}{where}: {finding.message}"
-    return " ".join(text.split()) + (f" Remedy: {finding.remedy}" if finding.remedy else "")
+    line = " ".join(text.split()) + (f" Remedy: {finding.remedy}" if finding.remedy else "")
+    return printable(line)  # run and channel names come from the logs: never raw escapes on a terminal

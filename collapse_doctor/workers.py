@@ -10,7 +10,7 @@ gracefully on a busy one. See docs/benchmarks.md.
 
 from __future__ import annotations
 
-import os
+import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -19,6 +19,8 @@ from typing import TypeVar
 
 import torch
 
+from collapse_doctor.parallel import available_cores
+
 T = TypeVar("T")
 R = TypeVar("R")
 
@@ -26,12 +28,25 @@ MAX_WORKERS = 4
 """More threads would mostly hold more chunks in memory: the work is bound by memory bandwidth."""
 
 
-def available_cores() -> int:
-    """Cores this process may run on."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
+_torch_threads_lock = threading.Lock()
+_single_depth = 0
+_saved_threads = 1
+
+
+def _single_threaded_torch(enter: bool) -> None:
+    """Torch single-threaded while any ChunkWorkers block is open (blocks of several runs scanned at once nest
+    across threads: the thread count in effect before the first is restored when the last closes)."""
+    global _single_depth, _saved_threads
+    with _torch_threads_lock:
+        if enter:
+            if _single_depth == 0:
+                _saved_threads = torch.get_num_threads()
+                torch.set_num_threads(1)
+            _single_depth += 1
+        else:
+            _single_depth -= 1
+            if _single_depth == 0:
+                torch.set_num_threads(_saved_threads)
 
 
 class ChunkWorkers:
@@ -44,12 +59,11 @@ class ChunkWorkers:
     def __init__(self, device: str, workers: int | None = None) -> None:
         on_cpu = torch.device(device).type == "cpu"
         self.workers = (workers or min(MAX_WORKERS, available_cores())) if on_cpu else 1
-        self._threads = torch.get_num_threads()
         self._pool: ThreadPoolExecutor | None = None
 
     def __enter__(self) -> ChunkWorkers:
         if self.workers > 1:
-            torch.set_num_threads(1)
+            _single_threaded_torch(True)
             self._pool = ThreadPoolExecutor(self.workers, thread_name_prefix="collapse-doctor")
         return self
 
@@ -57,7 +71,7 @@ class ChunkWorkers:
         if self._pool is not None:
             self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool = None
-            torch.set_num_threads(self._threads)
+            _single_threaded_torch(False)
 
     def map(self, work: Callable[[T], R], items: Iterable[T]) -> Iterator[R]:
         """``work(item)`` for every item, results in input order; reading runs ahead by one item per worker."""

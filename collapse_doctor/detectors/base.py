@@ -68,6 +68,13 @@ class DetectionContext:
         """Consecutive steps a condition must hold before it becomes a finding."""
         return self.config.persistence_steps(self.series.num_steps)
 
+    @property
+    def min_steps(self) -> int:
+        """Fewest steps of rollouts on which a sustained condition can be told from a passing one: the shortest
+        persistence window twice over (a condition that holds for the whole of a 3-step run is not sustained,
+        it is all there is)."""
+        return 2 * max(1, self.config.min_persistence)
+
     def smooth(self, values: np.ndarray) -> np.ndarray:
         """Rolling median over about half the persistence window, so one noisy step decides nothing."""
         return rolling(values, max(1, self.persistence // 2) | 1)
@@ -231,4 +238,9 @@ def select(codes: Sequence[str] | None, only: Sequence[str] | None, ignore: Sequ
     selected = expand(only, "--only") if only else set(all_codes)
     if ignore:
         selected -= expand(ignore, "--ignore")
+    if not selected:
+        raise UsageError(
+            f"--only {','.join(only or ['(all)'])} --ignore {','.join(ignore or [])} selects no detector",
+            hint="a scan that runs no detector judges nothing; drop the code from --ignore or widen --only",
+        )
     return [c for c in all_codes if c in selected]

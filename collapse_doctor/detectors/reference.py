@@ -25,6 +25,10 @@ detected from the logged advantages, `--algo`, or GRPO when unknown):
   double-count or cancel (CD401), ties above `warn_share`, bimodal or heavy-tailed advantages.
 - **HEALTHY**: nothing above. Information findings (a channel saturated at its ceiling, a channel never
   earned, a sparse channel) do not change the verdict.
+- **INCONCLUSIVE**: no selected detector could judge the run (every one skipped: too few steps, or the data
+  it needs is missing, e.g. `--only CD5` on a run without a scalar log). A gate never passes it: exit code 1
+  at every `--fail-on` level but `never`. A selection of no detector at all (`--only CD1 --ignore CD1`) is a
+  usage error (exit 2).
 
 **A saturated channel is not a collapse.** A channel that is constant within a group adds the same value to
 every member's sum: it changes no advantage under GRPO or GDPO. Its cost is the compute and a run that trains
@@ -46,7 +50,9 @@ reward vectors.
 **Every statistic carries its support.** Per-step series of counts (groups with two or more values of a
 channel, co-observed rollouts of a channel pair, differing pairs, groups) sit next to the values; a detector
 does not decide below its stated minimum (`min_groups`, `min_rows`, `min_pairs`, `min_points`) and is listed
-as skipped with "not enough data to judge" instead.
+as skipped with "not enough data to judge" instead. A rollout detector also needs a run of at least twice the
+shortest persistence window (`2 * min_persistence`, 6 steps by default): on a shorter run a condition that
+holds throughout is all there is, not a sustained change.
 """
 
 

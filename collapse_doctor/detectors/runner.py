@@ -29,6 +29,10 @@ def run_detectors(ctx: DetectionContext, codes: Sequence[str]) -> tuple[list[Fin
     for code in codes:
         detector = REGISTRY[code]
         reason = missing_requirement(ctx, detector.requires)
+        if reason is None and "rollouts" in detector.requires and ctx.series.num_steps < ctx.min_steps:
+            steps = ctx.series.num_steps
+            reason = f"not enough data to judge: {steps} step{'s' if steps != 1 else ''} of rollouts, a sustained "
+            reason += f"condition needs {ctx.min_steps}+"
         if reason is not None:
             skipped[code] = reason
             continue

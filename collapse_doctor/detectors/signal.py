@@ -262,9 +262,10 @@ class ZeroVarianceGroups(Detector):
 
     What it detects
         The share of rollouts whose advantage, recomputed under the run's own aggregation, is exactly 0:
-        the members of groups whose advantages do not vary (and groups of one). Such groups are split by
-        why they are silent: all-pass (every channel at its run-wide maximum), all-fail (every channel at
-        its minimum), or cancelling (the channels vary but their advantages sum to a constant, e.g. two
+        the members of groups whose advantages do not vary, and groups of one (a lone rollout is its own
+        baseline: its advantage is 0 under any aggregation). The silent groups of 2+ are split by why:
+        all-pass (every channel at its run-wide maximum), all-fail (every channel at its minimum), or
+        cancelling (the channels vary but their advantages sum to a constant, e.g. two
         complementary binaries). The same statistic on the other aggregation's advantages is the
         counterfactual.
 
@@ -307,8 +308,8 @@ class ZeroVarianceGroups(Detector):
         series = ctx.series
         if series.num_steps == 0:
             return []
-        if float(np.nansum(series["eligible_groups"])) < ctx.threshold(self.code, "min_groups"):
-            raise NotEnoughData(f"fewer than {ctx.threshold(self.code, 'min_groups'):g} groups of 2+ rollouts")
+        if float(np.nansum(series["groups"])) < ctx.threshold(self.code, "min_groups"):
+            raise NotEnoughData(f"fewer than {ctx.threshold(self.code, 'min_groups'):g} groups")
         stretch = self._stretch(ctx)
         if stretch is None:
             return []
@@ -321,13 +322,22 @@ class ZeroVarianceGroups(Detector):
         level = own.zero_advantage_rollout_share
         alg, alt = ctx.algorithm.upper(), other_ctx.algorithm.upper()
         steps = f"steps {int(series.steps[stretch[0]])}-{int(series.steps[stretch[1]])}"
+        groups = float(np.nansum(series["groups"][window]))
+        single = (groups - own.groups) / groups if groups > 0 else 0.0
+        why = _split(own) if own.groups else "every group holds a single rollout"
+        if own.groups and single >= 0.1:
+            why += f"; {pct(single)} of the groups hold a single rollout"
         message = (
             f"{pct(level)} of rollouts carry zero advantage under {alg} ({steps}; {own.rollouts:,} rollouts): "
-            f"{_split(own)}. Under {alt} {pct(other.zero_advantage_rollout_share)} would"
+            f"{why}. Under {alt} {pct(other.zero_advantage_rollout_share)} would"
             + (" (the same condition fires)." if fires_other else " (below the threshold).")
         )
         resolves = not fires_other
         remedy = join_remedies(
+            "sample several completions per prompt (TRL num_generations, verl actor_rollout_ref.rollout.n: 2 or "
+            "more): a group of one is its own baseline, so its advantage is 0 under any aggregation"
+            if single >= 0.1
+            else None,
             "harder prompts, or filter solved prompts (dynamic sampling)" if own.all_pass_group_share >= 0.1 else None,
             "easier prompts or a curriculum, partial credit, or a higher num_generations"
             if own.all_fail_group_share >= 0.1
@@ -352,8 +362,9 @@ class ZeroVarianceGroups(Detector):
                     "all_fail_group_share": own.all_fail_group_share,
                     "cancel_group_share": own.cancel_group_share,
                     f"zero_advantage_rollout_share_{other_ctx.algorithm}": other.zero_advantage_rollout_share,
+                    "single_rollout_group_share": single,
                     "rollouts": own.rollouts,
-                    "groups": own.groups,
+                    "groups": int(groups),
                 },
                 remedy=remedy or "filter prompts whose groups are silent (dynamic sampling)",
                 gdpo_resolves=gdpo_counterfactual(ctx, resolves),

@@ -17,7 +17,7 @@ h3 { font-size: 14px; margin: 0 0 2px; }
 .verdict { font-size: 14px; font-weight: 700; padding: 3px 10px; border-radius: 4px; color: #fff;
            letter-spacing: .04em; }
 .verdict.healthy { background: var(--ok); } .verdict.at_risk { background: var(--warning); }
-.verdict.collapsed { background: var(--critical); }
+.verdict.collapsed { background: var(--critical); } .verdict.inconclusive { background: #7a4fa0; }
 .muted { color: var(--muted); }
 nav { position: sticky; top: 0; z-index: 10; background: var(--card); border-bottom: 1px solid var(--line); }
 nav .inner { max-width: 1400px; margin: 0 auto; padding: 6px 24px; display: flex; gap: 16px; flex-wrap: wrap; }
@@ -26,7 +26,7 @@ nav a:hover { text-decoration: underline; }
 .cards { display: grid; grid-template-columns: minmax(0, 2fr) minmax(0, 3fr); gap: 16px; margin-top: 16px; }
 .card { background: var(--card); border: 1px solid var(--line); border-radius: 6px; padding: 12px 16px;
         overflow-x: auto; }
-td.name { white-space: nowrap; }
+td.name { max-width: 32ch; overflow-wrap: anywhere; }  /* long channel names wrap, columns stay in view */
 .card td code { word-break: break-all; }
 table { border-collapse: collapse; width: 100%; }
 th, td { text-align: left; padding: 4px 8px; border-bottom: 1px solid var(--line); vertical-align: top; }

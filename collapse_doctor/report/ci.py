@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import math
 import os
 from collections.abc import Sequence
 from pathlib import PurePath
 from xml.etree import ElementTree as ET
 
 from collapse_doctor.findings import VERDICTS, Finding, Severity
-from collapse_doctor.numbers import pct, share_pct
+from collapse_doctor.numbers import fixed, pct, share_pct
 from collapse_doctor.result import Diagnosis, signal_sentence
 from collapse_doctor.text_safety import printable
 
@@ -23,9 +22,16 @@ def describe_sources(sources: Sequence[str], shown: int = 3) -> str:
     'out/rollouts/ (12 files)'
     >>> describe_sources([f"out/rollouts/p{i}.parquet" for i in range(4)] + ["out/runs/x/ev", "out/tb/ev"])
     'out/ (6 files in rollouts/, runs/x/, tb/)'
+    >>> describe_sources([f"s3://bucket/run/part-{i}.parquet" for i in range(12)])
+    's3://bucket/run/ (12 files)'
     """
     if len(sources) <= shown:
         return ", ".join(sources)
+    scheme, _, _ = sources[0].partition("://")
+    if "://" in sources[0] and all(s.startswith(scheme + "://") for s in sources):
+        # Object storage: PurePath would fold "s3://b/k" into "s3:/b/k"; describe the keys, keep the scheme.
+        inner = describe_sources([s[len(scheme) + 3 :] for s in sources], shown)
+        return f"{scheme}://{inner}"
     paths = [PurePath(s) for s in sources]
     parents = list(dict.fromkeys(p.parent for p in paths))
     if len(parents) == 1:
@@ -76,8 +82,30 @@ def _cases(diagnosis: Diagnosis) -> list[tuple[str, str, list[Finding]]]:
 
 def junit_xml(diagnosis: Diagnosis) -> str:
     """One testcase per detector (and channel where it applies): failure at or above fail-on, error on crash."""
+    suite = _suite(diagnosis, "collapse-doctor")
+    ET.indent(suite)
+    return '<?xml version="1.0" encoding="utf-8"?>\n' + ET.tostring(suite, encoding="unicode") + "\n"
+
+
+def junit_runs_xml(diagnoses: Sequence[Diagnosis]) -> str:
+    """Several runs: one ``<testsuite name="collapse-doctor: RUN">`` per run inside ``<testsuites>``."""
+    root = ET.Element("testsuites", name="collapse-doctor")
+    totals = dict.fromkeys(("tests", "failures", "errors", "skipped"), 0)
+    for diagnosis in diagnoses:
+        suite = _suite(diagnosis, f"collapse-doctor: {printable(diagnosis.run.name or '?')}")
+        root.append(suite)
+        for key in totals:
+            totals[key] += int(suite.get(key, "0"))
+    for key, value in totals.items():
+        root.set(key, str(value))
+    root.set("time", f"{sum(d.seconds for d in diagnoses):.3f}")
+    ET.indent(root)
+    return '<?xml version="1.0" encoding="utf-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
+
+
+def _suite(diagnosis: Diagnosis, name: str) -> ET.Element:
     failing = {id(f) for f in diagnosis.failing()}
-    suite = ET.Element("testsuite", name="collapse-doctor", timestamp="", hostname="")
+    suite = ET.Element("testsuite", name=name, timestamp="", hostname="")
     tests = failures = errors = skipped = 0
     for code, name, found in _cases(diagnosis):
         case = ET.SubElement(suite, "testcase", classname=f"collapse-doctor.{code}", name=name, time="0")
@@ -102,13 +130,18 @@ def junit_xml(diagnosis: Diagnosis) -> str:
             element.text = "\n".join(_describe(f) for f in bad)
         elif found:
             ET.SubElement(case, "system-out").text = "\n".join(_describe(f) for f in found)
+    if diagnosis.verdict == "inconclusive":
+        case = ET.SubElement(suite, "testcase", classname="collapse-doctor.run", name="run judged", time="0")
+        tests += 1
+        if diagnosis.exit_code():
+            failures += 1
+            ET.SubElement(case, "failure", message="no selected detector could judge this run", type="inconclusive")
     suite.set("tests", str(tests))
     suite.set("failures", str(failures))
     suite.set("errors", str(errors))
     suite.set("skipped", str(skipped))
     suite.set("time", f"{diagnosis.seconds:.3f}")
-    ET.indent(suite)
-    return '<?xml version="1.0" encoding="utf-8"?>\n' + ET.tostring(suite, encoding="unicode") + "\n"
+    return suite
 
 
 def _describe(finding: Finding) -> str:
@@ -140,6 +173,8 @@ def github_annotations(diagnosis: Diagnosis) -> str:
         body = _escape_data(f"{finding.message} Remedy: {finding.remedy}")
         lines.append(f"::{command} file={_escape_property(source)},title={title}::{body}")
     verdict = VERDICTS[diagnosis.verdict]
+    if diagnosis.verdict == "inconclusive":
+        lines.append(f"::warning title=collapse-doctor::{verdict}: {_escape_data(diagnosis.gate_summary())}")
     lines.append(f"::notice title=collapse-doctor::{verdict}: {len(diagnosis.findings)} finding(s)")
     return "\n".join(lines) + "\n"
 
@@ -153,15 +188,13 @@ def _md(text: str) -> str:
 
 
 def _fmt(value: float | None) -> str:
-    if value is None or not math.isfinite(value):
-        return "-"
-    return f"{value:.2f}"
+    return "-" if value is None else fixed(value)
 
 
 def markdown_summary(diagnosis: Diagnosis) -> str:
     """A Markdown summary for $GITHUB_STEP_SUMMARY or a pull-request comment."""
     run = diagnosis.run
-    icon = {"healthy": "✅", "at_risk": "⚠️", "collapsed": "❌"}[diagnosis.verdict]
+    icon = {"healthy": "✅", "inconclusive": "❔", "at_risk": "⚠️", "collapsed": "❌"}[diagnosis.verdict]
     out = [f"## {icon} collapse-doctor: {VERDICTS[diagnosis.verdict]}", "", signal_sentence(run.signal), ""]
     if run.rollouts == 0 and run.scalar_points:
         out += [

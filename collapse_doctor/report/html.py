@@ -12,9 +12,10 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
 
 import numpy as np
 
@@ -22,6 +23,8 @@ from collapse_doctor.findings import VERDICTS, severity_counts
 from collapse_doctor.numbers import pct, share_pct
 from collapse_doctor.report.collect import ExampleGroup, ReportExtras
 from collapse_doctor.report.figures import Chart, Section, channel_color, esc, histogram_payload, sections
+from collapse_doctor.result import signal_sentence
+from collapse_doctor.text_safety import printable
 
 if TYPE_CHECKING:
     from collapse_doctor.findings import Finding
@@ -75,6 +78,12 @@ def build_report(diagnosis: Diagnosis, extras: ReportExtras | None = None) -> st
         "</main>",
     ]
     title = f"collapse-doctor: {VERDICTS[diagnosis.verdict]} - {', '.join(diagnosis.run.sources[:1])}"
+    return html_page(title, body, payload)
+
+
+def html_page(title: str, body: Sequence[str], payload: Mapping[str, Any]) -> str:
+    """A whole offline page in the report's style: ``body`` (HTML), then the charts' data (``payload``),
+    plotly.js and the report's script. Shared by the report and ``compare --html``."""
     return "\n".join(
         [
             "<!DOCTYPE html>",
@@ -87,7 +96,7 @@ def build_report(diagnosis: Diagnosis, extras: ReportExtras | None = None) -> st
             "</head>",
             "<body>",
             *body,
-            f'<script type="application/json" id="report-data">{_script_json(payload)}</script>',
+            f'<script type="application/json" id="report-data">{_script_json(dict(payload))}</script>',
             # plotly.js last: the header, findings and tables show before it is parsed.
             f"<script>{plotly_js()}</script>",
             f"<script>{_script()}</script>",
@@ -110,12 +119,59 @@ def write_report(
     """
     from collapse_doctor.io.atomic import atomic_path
 
-    text = build_report(diagnosis, extras).encode("utf-8")
+    text = build_report(diagnosis, extras).encode("utf-8", errors="backslashreplace")  # undecodable file names
     if inputs is None:
         inputs = [Path(s) for s in diagnosis.run.sources]
     with atomic_path(output, inputs=inputs) as tmp:
         tmp.write_bytes(text)
     return len(text)
+
+
+def run_report_paths(output: str | Path, runs: Sequence[str]) -> list[Path]:
+    """Where the reports of several runs go: ``OUT`` becomes an index, each run ``<OUT stem>-<run>.html`` beside
+    it (run names made file-safe, numbered where two would collide).
+
+    >>> [p.name for p in run_report_paths("out/report.html", ["exp/a", "exp/b", "exp:a"])]
+    ['report-exp-a.html', 'report-exp-b.html', 'report-exp-a-3.html']
+    """
+    output = Path(output)
+    out: list[Path] = []
+    taken: set[str] = set()
+    for index, run in enumerate(runs, start=1):
+        slug = re.sub(r"[^A-Za-z0-9._]+", "-", run).strip("-.")[:80] or f"run{index}"
+        name = f"{output.stem}-{slug}"
+        if name in taken:
+            name = f"{name}-{index}"
+        taken.add(name)
+        out.append(output.with_name(name + (output.suffix or ".html")))
+    return out
+
+
+def build_index(diagnoses: Sequence[Diagnosis], pages: Sequence[Path]) -> str:
+    """A small page that lists several runs (verdict, findings, signal budget) and links each run's report."""
+    from collapse_doctor.findings import worst_verdict
+
+    rows = "".join(
+        f'<tr><td><a href="{esc(quote(page.name))}">{esc(printable(d.run.name or page.stem))}</a></td>'
+        f'<td><span class="verdict {esc(d.verdict)}">{esc(VERDICTS[d.verdict])}</span></td>'
+        f"<td>{esc(severity_counts(f.severity for f in d.findings) or 'no findings')}</td>"
+        f"<td>{esc(signal_sentence(d.run.signal))}</td></tr>"
+        for d, page in zip(diagnoses, pages, strict=True)
+    )
+    key = worst_verdict(d.verdict for d in diagnoses)
+    worst = VERDICTS[key]
+    return "\n".join(
+        [
+            "<!DOCTYPE html>",
+            '<html lang="en"><head><meta charset="utf-8">',
+            f"<title>collapse-doctor: {esc(worst)} - {len(diagnoses)} runs</title>",
+            f"<style>{_css()}</style></head><body>",
+            f'<header class="top"><div class="inner"><h1><span class="verdict {esc(key)}">{esc(worst)}</span>'
+            f"<span>collapse-doctor: {len(diagnoses)} runs</span></h1></div></header>",
+            "<main><table><thead><tr><th>run</th><th>verdict</th><th>findings</th><th>signal budget</th></tr>"
+            f"</thead><tbody>{rows}</tbody></table></main></body></html>",
+        ]
+    )
 
 
 # -- page parts ------------------------------------------------------------------------------------
@@ -158,9 +214,8 @@ def _fmt(value: Any, digits: int = 3) -> str:
 
 
 def _header(diagnosis: Diagnosis, verdict: str) -> str:
-    failing = diagnosis.failing()
     summary = severity_counts(f.severity for f in diagnosis.findings) or "no findings"
-    exit_text = f"{len(failing)} failing, exit 1" if failing else "nothing failing, exit 0"
+    exit_text = diagnosis.gate_summary().replace(" -> ", ", ")
     from collapse_doctor.report.ci import describe_sources
 
     sources = describe_sources(diagnosis.run.sources)
@@ -217,7 +272,9 @@ def _overview(diagnosis: Diagnosis) -> str:
     run_table = "".join(f"<tr><th>{k}</th><td>{v}</td></tr>" for k, v in rows)
     channel_table = _channel_table(diagnosis)
     findings = "".join(_finding(f, diagnosis.run.counterfactual_algorithm) for f in diagnosis.findings) or (
-        '<p class="muted">No findings: no detector found a sustained problem.</p>'
+        '<p class="muted">No findings: no selected detector could judge this run (see below).</p>'
+        if diagnosis.verdict == "inconclusive"
+        else '<p class="muted">No findings: no detector found a sustained problem.</p>'
     )
     by_reason: dict[str, list[str]] = {}
     for code, reason in diagnosis.skipped.items():

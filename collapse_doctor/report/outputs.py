@@ -11,8 +11,9 @@
 One run: its diagnosis as JSON, JUnit XML, Markdown, HTML and on stdout (text, JSON or GitHub workflow
 annotations). Several runs (a log directory with one subdirectory per run): the JSON holds them side by side
 under ``runs`` with the worst verdict and the combined exit code on top, the Markdown summary and the GitHub
-annotations are concatenated, the terminal shows them one after another; JUnit and HTML describe one run, so
-asking for them with several runs is a :class:`~collapse_doctor.errors.UsageError` that names the runs.
+annotations are concatenated, the terminal shows them one after another, the JUnit XML holds one
+``<testsuite>`` per run in ``<testsuites>``, and ``--html OUT`` writes each run's report beside ``OUT``
+(``<OUT stem>-<run>.html``) with ``OUT`` an index page that links them.
 
 Every file is written atomically (:mod:`collapse_doctor.io.atomic`) and never over an input. The library
 reads no environment variable: the caller passes GitHub's step-summary file and the colour choice.
@@ -26,7 +27,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
-from collapse_doctor.errors import OutputError, UsageError
+from collapse_doctor.errors import UsageError
 from collapse_doctor.findings import worst_verdict
 from collapse_doctor.result import JSON_FORMAT_VERSION, Diagnosis
 
@@ -36,13 +37,19 @@ if TYPE_CHECKING:
     from collapse_doctor.pipeline import RunCollector, ScanResult
     from collapse_doctor.report.collect import ReportExtras
 
-__all__ = ["STDOUT_FORMATS", "OutputRequest", "make_report", "runs_dict", "runs_json", "write_outputs"]
+__all__ = [
+    "STDOUT_FORMATS",
+    "OutputRequest",
+    "make_report",
+    "runs_dict",
+    "runs_json",
+    "write_outputs",
+    "written_files",
+]
 
 STDOUT_FORMATS = ("text", "json", "github")
 FILE_OUTPUTS = ("json", "junit", "markdown", "html")
 """The file outputs, in the order they are written (each is the ``--NAME`` option of ``scan``)."""
-ONE_RUN_OUTPUTS = ("junit", "html")
-"""File outputs that describe one run."""
 
 
 @dataclass(frozen=True)
@@ -60,6 +67,8 @@ class OutputRequest:
     the Markdown summary is appended to it."""
     color: bool | None = None
     """Text on stdout: ``None`` colours a terminal only, ``False`` never (``NO_COLOR``)."""
+    summary_only: bool = False
+    """Text on stdout with several runs: the one-line-per-run summary table only, not each run's detail."""
 
     def __post_init__(self) -> None:
         if self.format not in STDOUT_FORMATS:
@@ -78,29 +87,23 @@ class OutputRequest:
 
         An output must not be one of ``inputs`` (the files the scan reads: ``ScanPlan.files``), its directory
         must exist and it must not be a directory. ``runs`` are the names of the runs to scan: with more than
-        one, ``--junit`` and ``--html`` are refused (:func:`write_outputs` refuses them too).
+        one, the per-run report pages beside ``--html`` are checked too.
 
+        >>> from collapse_doctor.errors import OutputError
         >>> try:
         ...     OutputRequest(json=Path("run.parquet")).check([Path("run.parquet")])
         ... except OutputError as exc:
         ...     print(exc.one_line())
         run.parquet: refusing to overwrite an input file. Hint: choose another path for --json
         """
-        from collapse_doctor.io.atomic import check_not_an_input, check_writable
+        from collapse_doctor.io.atomic import check_outputs
 
-        _refuse_one_run_outputs(self, runs)
-        _refuse_shared_paths(self)
-        for option, path in self.files().items():
-            try:
-                check_not_an_input(path, inputs)
-            except OutputError as exc:
-                raise OutputError(exc.message, hint=f"choose another path for {option}") from None
-            try:
-                check_writable(path)
-            except OutputError as exc:
-                if exc.message.endswith("is a directory"):
-                    raise OutputError(exc.message, hint=f"pass a file path with {option}") from None
-                raise
+        files: list[tuple[str, Path | None]] = list(self.files().items())
+        if self.html is not None and len(runs) > 1:
+            from collapse_doctor.report.html import run_report_paths
+
+            files += [("--html", page) for page in run_report_paths(self.html, runs)]
+        check_outputs(files, inputs)
 
     def collector(self) -> Callable[[RunInputs, ReadOptions], RunCollector] | None:
         """The per-run collector the outputs need (the HTML report's), for ``ScanHooks(collector=...)``."""
@@ -113,34 +116,17 @@ class OutputRequest:
 
 def _refuse_shared_paths(request: OutputRequest) -> None:
     """Two outputs on one path (after resolving symlinks; ``-`` twice is standard output twice) are refused."""
-    import os
+    from collapse_doctor.io.atomic import refuse_shared_paths
 
-    from collapse_doctor.io.atomic import is_stdout
-
-    seen: dict[str, str] = {}
-    for option, path in request.files().items():
-        key = "-" if is_stdout(path) else os.path.realpath(path)
-        if key in seen:
-            raise UsageError(f"{seen[key]} and {option} both write to {path}", hint="give each output its own path")
-        seen[key] = option
-
-
-def _refuse_one_run_outputs(request: OutputRequest, runs: Sequence[str]) -> None:
-    if len(runs) < 2:
-        return
-    for name in ONE_RUN_OUTPUTS:
-        if getattr(request, name) is not None:
-            raise UsageError(
-                f"--{name} describes one run and the input holds {len(runs)}: {', '.join(runs)}",
-                hint="pick one with --run NAME",
-            )
+    refuse_shared_paths(request.files().items())
 
 
 def runs_dict(diagnoses: Sequence[Diagnosis], *, include_series: bool = True) -> dict[str, Any]:
-    """``{"format_version", "verdict" (worst), "exit_code" (max), "runs": [diagnosis, ...]}``."""
+    """``{"format_version", "verdict" (worst), "fail_on", "exit_code" (max), "runs": [diagnosis, ...]}``."""
     return {
         "format_version": JSON_FORMAT_VERSION,
         "verdict": worst_verdict(d.verdict for d in diagnoses),
+        "fail_on": diagnoses[0].config.fail_on,
         "exit_code": exit_code(diagnoses),
         "runs": [d.to_dict(include_series=include_series) for d in diagnoses],
     }
@@ -167,6 +153,28 @@ def markdown_text(diagnoses: Sequence[Diagnosis]) -> str:
     return "\n".join(markdown_summary(d) for d in diagnoses)
 
 
+def written_files(request: OutputRequest, results: Sequence[ScanResult]) -> list[tuple[str, Path]]:
+    """``(what, path)`` of every file :func:`write_outputs` wrote for ``request`` (standard output excluded), for
+    the "wrote ..." lines."""
+    from collapse_doctor.io.atomic import is_stdout
+
+    out: list[tuple[str, Path]] = []
+    names = [r.diagnosis.run.name or "?" for r in results]
+    for option, path in request.files().items():
+        if is_stdout(path):
+            continue
+        if option == "--html" and len(results) > 1:
+            from collapse_doctor.report.html import run_report_paths
+
+            out.append((f"HTML index of {len(results)} runs", path))
+            pages = run_report_paths(path, names)
+            out += [(f"HTML report of run {name}", page) for name, page in zip(names, pages, strict=True)]
+            continue
+        what = {"--json": "JSON", "--junit": "JUnit XML", "--markdown": "Markdown summary", "--html": "HTML report"}
+        out.append((what[option] + (f" of {len(results)} runs" if len(results) > 1 else ""), path))
+    return out
+
+
 def write_outputs(results: Sequence[ScanResult], request: OutputRequest, *, stdout: IO[str] | None) -> int:
     """Write every file of ``request`` and render its stdout format on ``stdout``; returns the exit code.
 
@@ -178,23 +186,34 @@ def write_outputs(results: Sequence[ScanResult], request: OutputRequest, *, stdo
     if not results:
         raise ValueError("write_outputs needs the result of at least one run")
     diagnoses = [r.diagnosis for r in results]
-    _refuse_one_run_outputs(request, [d.run.name or "?" for d in diagnoses])
     _refuse_shared_paths(request)
     inputs = _inputs(results)
     if request.json is not None:
         _write_text(request.json, json_text(diagnoses) + "\n", inputs)
     if request.junit is not None:
-        from collapse_doctor.report.ci import junit_xml
+        from collapse_doctor.report.ci import junit_runs_xml, junit_xml
 
-        _write_text(request.junit, junit_xml(diagnoses[0]), inputs)
+        _write_text(
+            request.junit, junit_xml(diagnoses[0]) if len(diagnoses) == 1 else junit_runs_xml(diagnoses), inputs
+        )
     if request.markdown is not None:
         _write_text(request.markdown, markdown_text(diagnoses), inputs)
     if request.html is not None:
         from collapse_doctor.report.collect import ReportExtras
         from collapse_doctor.report.html import write_report
 
-        extra = results[0].extra
-        write_report(request.html, diagnoses[0], extra if isinstance(extra, ReportExtras) else None, inputs=inputs)
+        def extras(result: ScanResult) -> ReportExtras | None:
+            return result.extra if isinstance(result.extra, ReportExtras) else None
+
+        if len(results) == 1:
+            write_report(request.html, diagnoses[0], extras(results[0]), inputs=inputs)
+        else:
+            from collapse_doctor.report.html import build_index, run_report_paths
+
+            pages = run_report_paths(request.html, [d.run.name or "?" for d in diagnoses])
+            for result, page in zip(results, pages, strict=True):
+                write_report(page, result.diagnosis, extras(result), inputs=inputs)
+            _write_text(request.html, build_index(diagnoses, pages), inputs)
     if stdout is not None:
         _render_stdout(diagnoses, request, stdout)
     return exit_code(diagnoses)
@@ -202,9 +221,12 @@ def write_outputs(results: Sequence[ScanResult], request: OutputRequest, *, stdo
 
 def _inputs(results: Sequence[ScanResult]) -> list[Path]:
     """Every file the scan read (the runs' inputs and the sources their summaries name): never overwritten."""
+    from collapse_doctor.io.remote import input_path
+
     seen: dict[Path, None] = {}
     for result in results:
-        for path in [*result.inputs.files, *(Path(s) for s in result.diagnosis.run.sources)]:
+        # Sources may be object storage URLs: RemotePaths, which no local output can be.
+        for path in [*result.inputs.files, *(input_path(s) for s in result.diagnosis.run.sources)]:
             seen.setdefault(path, None)
     return list(seen)
 
@@ -213,7 +235,7 @@ def _write_text(path: Path, text: str, inputs: Sequence[Path]) -> None:
     from collapse_doctor.io.atomic import atomic_path
 
     with atomic_path(path, inputs=inputs) as tmp:
-        tmp.write_text(text, encoding="utf-8")
+        tmp.write_text(text, encoding="utf-8", errors="backslashreplace")  # undecodable file names stay visible
 
 
 def _render_stdout(diagnoses: Sequence[Diagnosis], request: OutputRequest, stdout: IO[str]) -> None:
@@ -231,10 +253,18 @@ def _render_stdout(diagnoses: Sequence[Diagnosis], request: OutputRequest, stdou
 
         isatty = getattr(stdout, "isatty", None)
         plain = request.color is False or not (callable(isatty) and isatty())
+        if len(diagnoses) > 1:
+            from collapse_doctor.report.text import render_summary
+
+            render_summary(diagnoses, stdout, color=False if plain else None)
+            if request.summary_only:
+                stdout.flush()
+                return
+            stdout.write("\n")
         for i, diagnosis in enumerate(diagnoses):
             if i:
                 stdout.write("\n")
-            render_text(diagnosis, stdout, color=False if plain else None)
+            render_text(diagnosis, stdout, color=False if plain else None, json_written=request.json is not None)
     stdout.flush()
 
 

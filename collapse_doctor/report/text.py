@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import textwrap
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import IO, Any
 
 from rich import box
@@ -12,13 +12,18 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from collapse_doctor.findings import VERDICTS, Finding, Severity, severity_counts
-from collapse_doctor.numbers import pct, share_pct
+from collapse_doctor.findings import VERDICT_ORDER, VERDICTS, Finding, Severity, severity_counts, worst_verdict
+from collapse_doctor.numbers import fixed, pct, share_pct
 from collapse_doctor.report.ci import describe_sources
 from collapse_doctor.result import Diagnosis, signal_sentence
 from collapse_doctor.text_safety import printable
 
-_VERDICT_STYLE = {"healthy": "bold green", "at_risk": "bold yellow", "collapsed": "bold red"}
+_VERDICT_STYLE = {
+    "healthy": "bold green",
+    "inconclusive": "bold magenta",
+    "at_risk": "bold yellow",
+    "collapsed": "bold red",
+}
 _SEVERITY_STYLE = {
     Severity.INFO: "cyan",
     Severity.WARNING: "yellow",
@@ -32,7 +37,7 @@ def _num(value: Any, digits: int = 2) -> str:
     if value is None or (isinstance(value, float) and not math.isfinite(value)):
         return "-"
     if isinstance(value, float):
-        return f"{value:.{digits}g}" if abs(value) < 1e-2 and value != 0 else f"{value:.{digits}f}"
+        return fixed(value, digits)
     return str(value)
 
 
@@ -63,21 +68,13 @@ def _indented(console: Console, text: str, style: str = "") -> Text:
     return Text("\n".join(lines), style=style)
 
 
-def render_text(diagnosis: Diagnosis, file: IO[str] | None = None, *, color: bool | None = None) -> None:
-    """Print the verdict, run summary, channel table and findings."""
-    plain = color is False
-    console = Console(
-        file=file,
-        width=PLAIN_WIDTH if plain or (file is not None and not getattr(file, "isatty", lambda: False)()) else None,
-        no_color=plain,
-        force_terminal=None if not plain else False,
-        highlight=False,
-        soft_wrap=False,
-        emoji=False,
-        markup=False,  # channel names and messages come from logs: never interpret them as markup
-    )
+def render_text(
+    diagnosis: Diagnosis, file: IO[str] | None = None, *, color: bool | None = None, json_written: bool = False
+) -> None:
+    """Print the verdict, run summary, channel table and findings (``json_written``: this scan writes its JSON
+    already, so the remedies' ``--from-scan`` needs no hint about writing it)."""
+    console = console_for(file, color)
     run = diagnosis.run
-    failing = diagnosis.failing()
     summary = severity_counts(f.severity for f in diagnosis.findings) or "no findings"
 
     head = Text()
@@ -89,10 +86,7 @@ def render_text(diagnosis: Diagnosis, file: IO[str] | None = None, *, color: boo
         where.append(f"run {printable(run.name)}: ")
     where.append(printable(describe_sources(run.sources)))
     console.print(where)
-    console.print(
-        f"{summary}; fail-on {diagnosis.config.fail_on}: "
-        + (f"{len(failing)} failing -> exit 1" if failing else "nothing failing -> exit 0")
-    )
+    console.print(f"{summary}; fail-on {diagnosis.config.fail_on}: {diagnosis.gate_summary()}")
     console.print()
 
     console.print(Text("Run", style="bold"))
@@ -126,7 +120,49 @@ def render_text(diagnosis: Diagnosis, file: IO[str] | None = None, *, color: boo
         _scalar_channels(console, diagnosis)
     else:
         _rollout_channels(console, diagnosis)
-    _findings(console, diagnosis)
+    _findings(console, diagnosis, json_written=json_written)
+
+
+def console_for(file: IO[str] | None, color: bool | None) -> Console:
+    """A console for a report: plain (no colour, fixed width) when asked or when ``file`` is not a terminal."""
+    plain = color is False
+    return Console(
+        file=file,
+        width=PLAIN_WIDTH if plain or (file is not None and not getattr(file, "isatty", lambda: False)()) else None,
+        no_color=plain,
+        force_terminal=None if not plain else False,
+        highlight=False,
+        soft_wrap=False,
+        emoji=False,
+        markup=False,  # channel names and messages come from logs: never interpret them as markup
+    )
+
+
+def render_summary(diagnoses: Sequence[Diagnosis], file: IO[str] | None = None, *, color: bool | None = None) -> None:
+    """One line per run (a sweep): run, verdict, signal budget, worst finding and its onset; worst runs first."""
+    console = console_for(file, color)
+    order = sorted(
+        range(len(diagnoses)),
+        key=lambda i: (-VERDICT_ORDER.index(diagnoses[i].verdict), diagnoses[i].run.name or ""),
+    )
+    worst = VERDICTS[worst_verdict(d.verdict for d in diagnoses)]
+    failing = sum(1 for d in diagnoses if d.exit_code())
+    console.print(Text(f"{len(diagnoses)} runs: worst {worst}, {failing} failing the gate", style="bold"))
+    table = _table()
+    for column in ("run", "verdict", "no gradient", "worst finding", "onset"):
+        table.add_column(column, justify="right" if column in ("no gradient", "onset") else "left")
+    for i in order:
+        d = diagnoses[i]
+        top = d.findings[0] if d.findings else None
+        share = d.run.signal.get("zero_advantage_rollout_share") if d.run.signal else None
+        table.add_row(
+            Text(printable(d.run.name or "?")),
+            Text(VERDICTS[d.verdict], style=_VERDICT_STYLE[d.verdict]),
+            f"{pct(share)} {str(d.run.signal['algorithm']).upper()}" if d.run.signal else "-",
+            Text(printable(f"{top.severity.label} {top.code} {top.title}")) if top else Text("-"),
+            str(top.onset_step) if top is not None and top.onset_step is not None else "-",
+        )
+    console.print(table)
 
 
 def _table() -> Table:
@@ -213,12 +249,16 @@ def _state(row: Mapping[str, Any]) -> str:
     return str(state or "-")
 
 
-def _findings(console: Console, diagnosis: Diagnosis) -> None:
+def _findings(console: Console, diagnosis: Diagnosis, *, json_written: bool) -> None:
     from collapse_doctor.detectors.remedies import FROM_SCAN
 
     console.print(Text(f"Findings ({len(diagnosis.findings)})", style="bold"))
     if not diagnosis.findings:
-        console.print("  none: no detector found a sustained problem")
+        console.print(
+            "  none: no selected detector could judge this run (see skipped)"
+            if diagnosis.verdict == "inconclusive"
+            else "  none: no detector found a sustained problem"
+        )
     for finding in diagnosis.findings:
         line = Text("  ")
         line.append(f"{finding.severity.label.upper():8s}", style=_SEVERITY_STYLE[finding.severity])
@@ -240,7 +280,7 @@ def _findings(console: Console, diagnosis: Diagnosis) -> None:
         if finding.gdpo_resolves is not None:
             answer = "yes" if finding.gdpo_resolves else "no"
             console.print(_indented(console, f"{diagnosis.run.counterfactual_algorithm} would resolve it: {answer}"))
-    if any(FROM_SCAN in (f.remedy or "") for f in diagnosis.findings):
+    if not json_written and any(FROM_SCAN in (f.remedy or "") for f in diagnosis.findings):
         console.print(
             _indented(console, f"(`{FROM_SCAN}` reads this scan's JSON: add `--json scan.json` to this scan)"),
             style="dim",

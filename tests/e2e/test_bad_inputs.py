@@ -118,7 +118,7 @@ def _verl(tmp_path: Path, rows: list[dict[str, object]]) -> Path:
     [
         ({"input": "p", "output": "o", "score": "high", "step": 5}, ["reward key 'score'", "'high'"]),
         ({"input": "p", "output": "o", "score": 1.0, "step": "x"}, ["key 'step'", "'x'"]),
-        ({"output": "o", "score": 1.0, "step": 5}, ["no 'input' key", "--group-size"]),
+        ({"output": "o", "score": 1.0, "step": 5}, ["neither 'uid' nor 'input' keys", "--group-size"]),
     ],
     ids=["text-score", "text-step", "no-input"],
 )
@@ -173,7 +173,7 @@ def test_trl_completions_with_corrupt_data_pages(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("text", "expected"),
     [
-        (json.dumps({"step": 1, "data": {"a": 1.0}}) + "\n{bad\n", "line at byte 32 is not JSON"),
+        (json.dumps({"step": 1, "data": {"a": 1.0}}) + "\n{bad\n", "line 2 is not JSON"),
         (json.dumps({"step": "x", "data": {"a": 1.0}}) + "\n", "'step' is not an integer: 'x'"),
     ],
     ids=["not-json", "text-step"],
@@ -196,7 +196,7 @@ def test_output_that_is_a_directory_names_no_wrong_option(tmp_path: Path) -> Non
 @pytest.mark.parametrize("value", ["-1", "nan", "inf", "0"])
 def test_watch_interval_must_be_positive(value: str, tmp_path: Path) -> None:
     line = _fails(["watch", str(tmp_path), "--interval", value], f"--interval {value}")
-    assert "positive" in line
+    assert "at least 0.1 seconds" in line
 
 
 # --- retrain ----------------------------------------------------------------------------------------------------

@@ -168,3 +168,22 @@ def test_scalar_log_report_renders_in_chromium(browser: Any, tmp_path: Path) -> 
     assert browser.execute_script("return document.querySelectorAll('.plot').length") >= 4
     assert browser.execute_script(UNRENDERED) == []
     screenshot(browser, "scalar-log")
+
+
+def test_a_very_long_channel_name_keeps_the_channel_table_in_view(
+    browser: Any, write_table: WriteTable, tmp_path: Path
+) -> None:
+    from tests.helpers.tables import make_table
+
+    long_name = "x" * 5000
+    names = ["step", "group_id", "reward/format", f"reward/{long_name}", "prompt", "completion"]
+    table = make_table(steps=8).rename_columns(names)
+    page = tmp_path / "long.html"
+    make_report([write_table(table)], page, CPU)
+    load(browser, page)
+    width = browser.execute_script("return document.documentElement.clientWidth")
+    right = browser.execute_script(
+        "return Math.max(...Array.from(document.querySelectorAll('#overview table tr:nth-child(2) td'))"
+        ".map(td => td.getBoundingClientRect().right))"
+    )
+    assert right <= width + 1, (right, width)

@@ -24,17 +24,21 @@ def logs(tmp_path: Path) -> Path:
     return tmp_path / "logs"
 
 
-def test_scan_html_and_report_html_refuse_several_runs_alike(logs: Path, tmp_path: Path) -> None:
-    out = tmp_path / "out"
-    out.mkdir()
-    scanned = runner.invoke(app, ["scan", str(logs), "--html", str(out / "r.html")])
-    reported = runner.invoke(app, ["report", str(logs), "--html", str(out / "r.html")])
-    expected = "error: --html describes one run and the input holds 2: bad, good. Hint: pick one with --run NAME\n"
-    assert (scanned.exit_code, scanned.stderr) == (2, expected)
-    assert (reported.exit_code, reported.stderr) == (2, expected)
-    junit = runner.invoke(app, ["scan", str(logs), "--junit", str(out / "j.xml"), "--json", str(out / "s.json")])
-    assert junit.exit_code == 2 and junit.stderr == expected.replace("--html", "--junit")
-    assert list(out.iterdir()) == []
+def test_scan_html_and_report_html_write_several_runs_alike(logs: Path, tmp_path: Path) -> None:
+    """Several runs: OUT is an index that links one report per run, written beside it; JUnit holds a suite per run."""
+    for command in ("scan", "report"):
+        out = tmp_path / command
+        out.mkdir()
+        result = runner.invoke(app, [command, str(logs), "--html", str(out / "r.html")])
+        assert result.exit_code == 1, result.output
+        assert sorted(p.name for p in out.iterdir()) == ["r-bad.html", "r-good.html", "r.html"]
+        index = (out / "r.html").read_text(encoding="utf-8")
+        assert 'href="r-bad.html"' in index and 'href="r-good.html"' in index and "COLLAPSED" in index
+        assert "run</th><td>bad" in (out / "r-bad.html").read_text(encoding="utf-8")
+    junit = runner.invoke(app, ["scan", str(logs), "--junit", str(tmp_path / "j.xml")])
+    assert junit.exit_code == 1 and "wrote " in junit.stderr
+    xml = (tmp_path / "j.xml").read_text(encoding="utf-8")
+    assert xml.count("<testsuite ") == 2 and 'name="collapse-doctor: bad"' in xml and "<testsuites " in xml
 
 
 def test_report_of_one_of_several_runs(logs: Path, tmp_path: Path) -> None:
@@ -137,7 +141,10 @@ def test_watch_passes_its_scan_options(monkeypatch: pytest.MonkeyPatch) -> None:
 
     def fake_watch(paths: list[str], options: ScanOptions, **kwargs: object) -> watch.WatchState:
         calls.append((paths, options, kwargs["interval"], kwargs["fail_on"], kwargs["max_polls"]))
-        return watch.WatchState(polls=1)
+        state = kwargs["state"]
+        assert isinstance(state, watch.WatchState)
+        state.polls = 1
+        return state
 
     monkeypatch.setattr(watch, "watch", fake_watch)
     args = ["watch", "out/", "--interval", "0", "--max-polls", "1", "--only", "CD5", "--run", "a", "--fail-on", "info"]

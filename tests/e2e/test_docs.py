@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import re
+from pathlib import Path
 
 import pytest
 
@@ -29,3 +31,21 @@ def test_readme_quick_start_matches_ci() -> None:
     assert "./scripts/test.sh" in ci
     quickstart = (ROOT / "scripts" / "quickstart.sh").read_text()
     assert "collapse-doctor scan sample_logs/" in quickstart
+
+
+def test_the_report_example_in_the_docs_is_what_report_prints(tmp_path: Path) -> None:
+    """docs/report.md quotes `report --html` on a shipped sample: verdict, findings and size (within 15%)."""
+    from typer.testing import CliRunner
+
+    from collapse_doctor.cli import app
+
+    quoted = re.search(r"^wrote report\.html \(([\d.]+) MB\): (.+)$", (ROOT / "docs" / "report.md").read_text(), re.M)
+    assert quoted is not None
+    out = tmp_path / "report.html"
+    result = CliRunner().invoke(
+        app, ["report", str(ROOT / "sample_logs" / "saturating-format.parquet"), "--html", str(out)]
+    )
+    printed = re.search(r"^wrote .+ \(([\d.]+) MB\): (.+)$", result.stdout, re.M)
+    assert printed is not None, result.output
+    assert printed.group(2) == quoted.group(2)
+    assert abs(float(printed.group(1)) - float(quoted.group(1))) <= 0.15 * float(quoted.group(1))

@@ -29,7 +29,7 @@ EVIL_SHOWN = "fmt\\x1b[31mRED\\x1b[0m\\nFORGED\\u202etxt"
 
 @pytest.fixture
 def run_file(write_table: WriteTable) -> Path:
-    return write_table(make_table(steps=4))
+    return write_table(make_table(steps=8))
 
 
 def _mknod(path: Path, minor: int) -> Path:
@@ -88,7 +88,7 @@ def test_symlink_is_written_through(run_file: Path, tmp_path: Path) -> None:
     exported_link.symlink_to(tmp_path / "real" / "adv.parquet")  # dangling: the target is created
     result = runner.invoke(app, ["advantages", str(run_file), "-o", str(exported_link)])
     assert result.exit_code == 0, result.output
-    assert exported_link.is_symlink() and pq.read_table(tmp_path / "real" / "adv.parquet").num_rows == 128
+    assert exported_link.is_symlink() and pq.read_table(tmp_path / "real" / "adv.parquet").num_rows == 256
 
 
 def test_dash_is_stdout(run_file: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -98,8 +98,8 @@ def test_dash_is_stdout(run_file: Path, tmp_path: Path, monkeypatch: pytest.Monk
     assert result.stdout.startswith("{\n") and "::notice title=collapse-doctor::" in result.stdout
     exported = runner.invoke(app, ["advantages", str(run_file), "-o", "-"])
     assert exported.exit_code == 0, exported.output
-    assert exported.stdout_bytes.startswith(b"PAR1") and exported.stderr.startswith("wrote -: 128 rows")
-    assert pq.read_table(io.BytesIO(exported.stdout_bytes)).num_rows == 128
+    assert exported.stdout_bytes.startswith(b"PAR1") and exported.stderr.startswith("wrote -: 256 rows")
+    assert pq.read_table(io.BytesIO(exported.stdout_bytes)).num_rows == 256
     assert not (tmp_path / "-").exists()
 
 

@@ -29,7 +29,19 @@ VALUES = {
     "result",
 }
 """Frozen values and pure helpers every layer shares; they import only each other."""
-ENGINE = {"advantages", "stats", "batching", "workers", "memory", "reduce", "algorithm", "summary", "budget", "weights"}
+ENGINE = {
+    "advantages",
+    "stats",
+    "batching",
+    "workers",
+    "parallel",
+    "memory",
+    "reduce",
+    "algorithm",
+    "summary",
+    "budget",
+    "weights",
+}
 """Recomputation and reduction: rollouts to per-step series, and the run's summary."""
 LAYERS: dict[str, int] = {
     **dict.fromkeys(VALUES, 0),
@@ -40,6 +52,7 @@ LAYERS: dict[str, int] = {
     "incremental": 3,
     "export": 3,
     "simulate": 3,
+    "compare": 3,
     "report": 4,
     "watch": 4,
     "retrain": 4,

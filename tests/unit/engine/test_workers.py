@@ -45,3 +45,28 @@ def test_one_worker_or_a_gpu_runs_in_the_callers_thread() -> None:
     caller = threading.current_thread().name
     with ChunkWorkers("cpu", workers=1) as workers:
         assert list(workers.map(lambda _: threading.current_thread().name, range(3))) == [caller] * 3
+
+
+def test_blocks_open_on_several_threads_restore_torch_threads_once() -> None:
+    """A sweep scans runs on several threads, each with its own ChunkWorkers block: torch stays single-threaded
+    until the last block closes, then gets back the thread count it had before the first."""
+    import threading
+
+    import torch
+
+    from collapse_doctor.parallel import map_ordered
+    from collapse_doctor.workers import ChunkWorkers
+
+    before = torch.get_num_threads()
+    inside: list[int] = []
+    barrier = threading.Barrier(3)
+
+    def scan(i: int) -> int:
+        with ChunkWorkers("cpu", workers=2):
+            barrier.wait(timeout=10)  # all three blocks open at once
+            inside.append(torch.get_num_threads())
+            barrier.wait(timeout=10)
+        return i * i
+
+    assert map_ordered(scan, [1, 2, 3], workers=3) == [1, 4, 9]
+    assert inside == [1, 1, 1] and torch.get_num_threads() == before

@@ -61,9 +61,14 @@ def test_text_one_run(one: list[ScanResult]) -> None:
 def test_text_two_runs_one_after_another(two: list[ScanResult]) -> None:
     code, text = _write(two, OutputRequest(color=False))
     assert code == 1  # the worst of the runs
-    first, second = text.split("\n\nHEALTHY")
+    summary, detail = text.split("\n\n", 1)
+    assert summary.startswith("2 runs: worst COLLAPSED, 1 failing the gate")
+    assert summary.splitlines()[3].startswith("bad ") and summary.splitlines()[4].startswith("good ")
+    first, second = detail.split("\n\nHEALTHY")
     assert first.startswith("COLLAPSED  no rollouts") and first.split("\n")[1].startswith("run bad:")
     assert second.split("\n")[1].startswith("run good:")
+    _, only = _write(two, OutputRequest(color=False, summary_only=True))
+    assert only == summary + "\n"
 
 
 def test_json_one_run_and_two(one: list[ScanResult], two: list[ScanResult]) -> None:
@@ -132,18 +137,23 @@ def test_json_and_markdown_files_for_two_runs(two: list[ScanResult], tmp_path: P
     assert (tmp_path / "scan.md").read_text() == "\n".join(markdown_summary(r.diagnosis) for r in two)
 
 
-@pytest.mark.parametrize("option", ["junit", "html"])
-def test_one_run_outputs_with_two_runs_write_nothing(two: list[ScanResult], tmp_path: Path, option: str) -> None:
-    request = OutputRequest(json=tmp_path / "scan.json", **{option: tmp_path / "out"})  # type: ignore[arg-type]
-    message = f"--{option} describes one run and the input holds 2: bad, good. Hint: pick one with --run NAME"
-    with pytest.raises(UsageError) as raised:
-        request.check([], runs=["bad", "good"])
-    assert raised.value.one_line() == message
-    out = io.StringIO()
-    with pytest.raises(UsageError) as raised:
-        write_outputs(two, request, stdout=out)
-    assert raised.value.one_line() == message
-    assert list(tmp_path.iterdir()) == [] and out.getvalue() == ""
+def test_two_runs_in_junit_and_html(two: list[ScanResult], tmp_path: Path) -> None:
+    request = OutputRequest(junit=tmp_path / "j.xml", html=tmp_path / "r.html")
+    request.check([], runs=["bad", "good"])
+    write_outputs(two, request, stdout=None)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["j.xml", "r-bad.html", "r-good.html", "r.html"]
+    suites = ET.fromstring((tmp_path / "j.xml").read_text(encoding="utf-8"))
+    assert suites.tag == "testsuites" and [s.get("name") for s in suites] == [
+        "collapse-doctor: bad",
+        "collapse-doctor: good",
+    ]
+    assert int(suites.get("tests", "0")) == sum(int(s.get("tests", "0")) for s in suites)
+
+
+def test_a_run_page_on_an_input_is_refused_before_any_work(two: list[ScanResult], tmp_path: Path) -> None:
+    request = OutputRequest(html=tmp_path / "r.html")
+    with pytest.raises(OutputError, match=r"r-bad\.html: refusing to overwrite an input file"):
+        request.check([tmp_path / "r-bad.html"], runs=["bad", "good"])
 
 
 def test_the_html_report_without_a_collector(one: list[ScanResult], tmp_path: Path) -> None:

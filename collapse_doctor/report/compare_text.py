@@ -1,0 +1,205 @@
+"""Terminal rendering of a :class:`~collapse_doctor.compare.Comparison` and of a regression gate (rich; plain text
+when not a terminal or with NO_COLOR). Runs are columns ``A``, ``B``, ... named once at the top."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import IO, Any
+
+from rich.console import Console
+from rich.text import Text
+
+from collapse_doctor.compare import Comparison, GateResult
+from collapse_doctor.findings import VERDICTS, Finding, severity_counts
+from collapse_doctor.numbers import pct, share_pct
+from collapse_doctor.report.text import _num, _state, _table, console_for
+from collapse_doctor.text_safety import printable
+
+_VERDICT_STYLE = {
+    "healthy": "bold green",
+    "inconclusive": "bold magenta",
+    "at_risk": "bold yellow",
+    "collapsed": "bold red",
+}
+
+
+def run_letter(index: int) -> str:
+    """``A``, ``B``, ..., ``Z``, ``AA``, ...
+
+    >>> run_letter(0), run_letter(25), run_letter(26)
+    ('A', 'Z', 'AA')
+    """
+    letters = ""
+    index += 1
+    while index:
+        index, rest = divmod(index - 1, 26)
+        letters = chr(ord("A") + rest) + letters
+    return letters
+
+
+def render_comparison(comparison: Comparison, file: IO[str] | None = None, *, color: bool | None = None) -> None:
+    """Print the runs side by side: verdicts and signal budgets, channel tables, findings by run, the gates."""
+    console = console_for(file, color)
+    runs = comparison.runs
+    letters = [run_letter(i) for i in range(len(runs))]
+    how = "by step" if comparison.align == "step" else "by fraction of training"
+    console.print(Text(f"Compare {len(runs)} runs (aligned {how})", style="bold"))
+    for letter, run in zip(letters, runs, strict=True):
+        d = run.diagnosis
+        line = Text(f"  {letter}  ")
+        line.append(VERDICTS[d.verdict], style=_VERDICT_STYLE[d.verdict])
+        line.append(f"  {printable(run.label)}")
+        console.print(line, soft_wrap=True)  # a long path stays whole on its line
+    console.print()
+    _budget(console, comparison, letters)
+    _channels(console, comparison, letters)
+    _findings(console, comparison, letters)
+    for gate in comparison.gates:
+        render_gate(gate, console=console)
+
+
+def _budget(console: Console, comparison: Comparison, letters: Sequence[str]) -> None:
+    table = _table()
+    table.add_column("", justify="left")
+    for letter in letters:
+        table.add_column(letter, justify="right")
+    runs = [r.diagnosis for r in comparison.runs]
+
+    def signal(key: str) -> list[str]:
+        return [pct(d.run.signal[key]) if d.run.signal is not None else "-" for d in runs]
+
+    table.add_row("verdict", *(VERDICTS[d.verdict] for d in runs))
+    table.add_row("algorithm", *(printable(d.run.algorithm.upper()) for d in runs))
+    table.add_row("steps", *(f"{d.run.steps:,} ({d.run.first_step}-{d.run.last_step})" for d in runs))
+    table.add_row("rollouts", *(f"{d.run.rollouts:,}" for d in runs))
+    table.add_row("zero-advantage rollouts", *signal("zero_advantage_rollout_share"))
+    table.add_row("silent groups", *signal("silent_group_share"))
+    table.add_row("all-pass groups", *signal("all_pass_group_share"))
+    table.add_row("all-fail groups", *signal("all_fail_group_share"))
+    table.add_row("findings", *(severity_counts(f.severity for f in d.findings) or "none" for d in runs))
+    console.print(Text("Verdicts and signal budgets (under each run's own algorithm)", style="bold"))
+    console.print(table)
+    for letter, d in zip(letters, runs, strict=True):
+        source = printable(d.run.algorithm_source)
+        console.print(f"  {letter}: algorithm {printable(d.run.algorithm.upper())} ({source})", style="dim")
+    console.print()
+
+
+def _channels(console: Console, comparison: Comparison, letters: Sequence[str]) -> None:
+    table = _table()
+    for name, justify in [
+        ("channel", "left"),
+        ("run", "left"),
+        ("weight", "right"),
+        ("rel_gain peak -> now", "right"),
+        ("variance share", "right"),
+        ("constant", "right"),
+        ("state", "left"),
+        ("mean reward", "right"),
+    ]:
+        # Numbers stay on one line; a long channel name folds instead.
+        table.add_column(name, justify=justify, no_wrap=name != "channel", overflow="fold")  # type: ignore[arg-type]
+    rows = [{row["channel"]: row for row in r.diagnosis.channel_table()} for r in comparison.runs]
+    for channel in comparison.channels:
+        first = True
+        for letter, by_channel, run in zip(letters, rows, comparison.runs, strict=True):
+            row = by_channel.get(channel)
+            name = printable(channel) if first else ""
+            first = False
+            if row is None:
+                table.add_row(name, letter, "-", "not in this run", "-", "-", "-", "-")
+                continue
+            algo = "gdpo" if run.diagnosis.run.algorithm == "gdpo" else "grpo"
+            peak_at = f" (step {row['rel_gain_peak_step']})" if row.get("rel_gain_peak_step") is not None else ""
+            table.add_row(
+                name,
+                letter,
+                f"{row['weight']:g}",
+                f"{_num(row.get('rel_gain_peak'))}{peak_at} -> {_num(row.get('rel_gain_now'))}",
+                share_pct(row.get(f"signal_share_{algo}")),
+                pct(row.get("zero_variance_share")),
+                _state(row),
+                _num(row.get("reward_mean")),
+            )
+    console.print(
+        Text("Channels (now = median of the last 10% of steps; variance share under the run's algorithm)", style="bold")
+    )
+    console.print(table)
+    console.print()
+
+
+def _at(finding: Finding | None) -> str:
+    if finding is None:
+        return "-"
+    onset = f" @{finding.onset_step}" if finding.onset_step is not None else ""
+    return f"{finding.severity.label}{onset}"
+
+
+def _findings(console: Console, comparison: Comparison, letters: Sequence[str]) -> None:
+    console.print(Text(f"Findings by run (matched by code and channels; {len(comparison.findings)})", style="bold"))
+    if not comparison.findings:
+        console.print("  none in any run")
+        console.print()
+        return
+    table = _table()
+    table.add_column("code", justify="left")
+    table.add_column("finding", justify="left")
+    for letter in letters:
+        table.add_column(letter, justify="left")
+    table.add_column("in", justify="right")  # right-justified: no trailing spaces on the last column
+    for match in comparison.findings:
+        present = match.present
+        where = "in every run" if match.shared else "only in " + ", ".join(letters[i] for i in present)
+        table.add_row(match.code, printable(match.title), *(_at(f) for f in match.findings), where)
+    console.print(table)
+    console.print("  (severity @ onset step)", style="dim")
+    console.print()
+
+
+def render_gate(
+    gate: GateResult, file: IO[str] | None = None, *, color: bool | None = None, console: Console | None = None
+) -> None:
+    """Print the gate: each criterion with its numbers and whether it failed, then the verdict of the gate."""
+    console = console or console_for(file, color)
+    console.print(Text(f"Regression gate (fail-on {gate.settings.fail_on})", style="bold"))
+    console.print(f"  run       {printable(gate.run)}", soft_wrap=True)
+    console.print(f"  baseline  {printable(gate.baseline)}", soft_wrap=True)
+    table = _table()
+    for name, justify in [
+        ("criterion", "left"),
+        ("baseline", "right"),
+        ("run", "right"),
+        ("limit", "right"),
+        ("detail", "left"),
+        ("result", "right"),  # right-justified: no trailing spaces on the last column
+    ]:
+        # Numbers and results stay on one line; the criterion keeps its width, the detail wraps.
+        wraps = name in ("criterion", "detail")
+        table.add_column(
+            name,
+            justify=justify,  # type: ignore[arg-type]
+            no_wrap=not wraps,
+            overflow="fold",
+            min_width=20 if name == "criterion" else None,
+        )
+    for c in gate.criteria:
+        share = c.name == "zero_advantage_share"
+        table.add_row(
+            printable(c.subject),
+            _cell(c.baseline, share),
+            _cell(c.run, share),
+            _cell(c.limit, share),
+            printable(c.detail),
+            Text("FAILED", style="bold red") if c.failed else Text("ok", style="green"),
+        )
+    console.print(table)
+    console.print(Text(gate.summary(), style="bold red" if gate.failed else "bold green"))
+    console.print()
+
+
+def _cell(value: Any, share: bool) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return pct(value) if share else _num(value, 3)
+    return printable(value)

@@ -1,0 +1,63 @@
+"""The comparison page in headless Chromium, as the report (tests/e2e/test_browser_report.py, whose browser fixture
+this reuses): no console errors, nothing fetched, every chart drawn, script payloads in run labels and channel names
+never run."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from collapse_doctor.compare import GateSettings, compare_runs
+from collapse_doctor.options import ScanOptions
+from collapse_doctor.report.compare_html import write_comparison_html
+from tests.e2e.test_browser_report import NETWORK, UNRENDERED, browser, load, screenshot
+from tests.helpers.report import PAYLOAD_CHANNEL, PAYLOAD_SCRIPT, payload_table
+from tests.helpers.tables import WriteTable
+
+__all__ = ["browser"]  # the fixture, imported for pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+CPU = ScanOptions(device="cpu")
+
+
+def test_demo_comparison_renders_in_chromium(browser: Any, tmp_path: Path) -> None:
+    runs = [str(ROOT / "sample_logs" / "demo-grpo"), str(ROOT / "sample_logs" / "demo-gdpo")]
+    comparison, inputs = compare_runs(runs, CPU, gate=GateSettings())
+    page = tmp_path / "compare.html"
+    write_comparison_html(page, comparison, inputs=inputs)
+    messages = load(browser, page)
+    assert not [m for m in messages if m["level"] == "SEVERE"], messages
+    assert browser.execute_script(NETWORK) == []
+    assert browser.execute_script("return document.querySelectorAll('.plot').length") >= 10
+    assert browser.execute_script(UNRENDERED) == []
+    # Both runs are drawn on a shared chart, in their own colours.
+    legend = browser.execute_script(
+        "return Array.from(document.querySelectorAll('#chart-adv-std .legendtext')).map(t => t.textContent)"
+    )
+    assert legend == [f"A: {runs[0]}", f"B: {runs[1]}"]
+    assert screenshot(browser, "compare-demo").stat().st_size > 50_000
+
+
+def test_script_payloads_in_run_labels_and_channels_do_not_run(
+    browser: Any, write_table: WriteTable, tmp_path: Path
+) -> None:
+    label = PAYLOAD_SCRIPT.replace("/", "_")  # a directory name: no slash
+    path = write_table(payload_table(), f"{label}/run.parquet")
+    comparison, inputs = compare_runs([str(path), str(path)], CPU, gate=GateSettings())
+    page = tmp_path / "payloads.html"
+    write_comparison_html(page, comparison, inputs=inputs)
+    messages = load(browser, page)
+    assert not [m for m in messages if m["level"] == "SEVERE"], messages
+    time.sleep(0.3)
+    assert browser.execute_script("return typeof window.__xss") == "undefined"
+    assert browser.execute_script("return document.querySelectorAll('img').length") == 0
+    assert browser.execute_script("return document.scripts.length") == 3
+    body = browser.execute_script("return document.body.innerText")
+    assert PAYLOAD_CHANNEL in body and label in body
+    titles = browser.execute_script("return Array.from(document.querySelectorAll('h3')).map(h => h.textContent)")
+    assert f"rel_gain: {PAYLOAD_CHANNEL}" in titles
+    legend = browser.execute_script(
+        "return Array.from(document.querySelectorAll('.legendtext')).map(t => t.textContent)"
+    )
+    assert f"A: {path}" in legend
