@@ -11,7 +11,7 @@ if [ ! -x .venv/bin/python ]; then
   echo "bootstrap: creating .venv with $($python --version 2>&1)" >&2
   "$python" -m venv .venv
 fi
-if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ scripts/constraints.txt -nt "$stamp" ]; then
   echo "bootstrap: installing collapse-doctor, its dev tools and every extra (train, trackers, remote, ray) into .venv (first run takes a few minutes)" >&2
   # The CPU wheel of torch first, where this machine has it: a bare torch requirement would pull a
   # multi-GB CUDA build. Elsewhere pip picks a torch from pyproject's range.
@@ -20,6 +20,8 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   # Every extra too: the retrain tests run TRL on CPU with a tiny model built in code, the tracker tests write
   # real wandb/trackio/mlflow files offline, the object-storage tests run moto's S3 server, the Ray tests a
   # local Ray instance.
-  .venv/bin/python -m pip install -q -e ".[dev,train,trackers,remote,ray]"
+  # Pinned by scripts/constraints.txt (what the suite last passed with): resolving every extra from scratch
+  # makes pip backtrack for many minutes.
+  .venv/bin/python -m pip install -q -e ".[dev,train,trackers,remote,ray]" -c scripts/constraints.txt
   touch "$stamp"
 fi
