@@ -686,9 +686,10 @@ def explain(
                     summary = summary[: -len(named)] + "."
                 typer.echo(f"{known}  {detector.name:26s} {summary}")
             return
-        # The same codes and prefixes as --only: CD101, CD1, CD1XX.
-        prefix = code.strip().upper().rstrip("X")
-        matched = [known for known in sorted(REGISTRY) if prefix and known.startswith(prefix)]
+        from collapse_doctor.detectors.base import codes_matching
+
+        # The codes and prefixes --only takes (CD101, CD1, CD1XX); a bare "X" names no code here.
+        matched = codes_matching(code) if code.strip().upper().rstrip("X") else []
         if not matched:
             from collapse_doctor.errors import UsageError
 

@@ -219,6 +219,16 @@ def explain_sections(cls: type[Detector]) -> dict[str, str]:
     return sections
 
 
+def codes_matching(pattern: str, codes: Sequence[str] | None = None) -> list[str]:
+    """The codes a ``--only``/``explain`` pattern names: a code, or a prefix (``CD1``, ``CD1XX``), in code order.
+
+    >>> codes_matching("cd50x", ["CD101", "CD501", "CD502"])
+    ['CD501', 'CD502']
+    """
+    prefix = pattern.strip().upper().rstrip("X")
+    return [c for c in sorted(codes if codes is not None else REGISTRY) if c.startswith(prefix)]
+
+
 def select(codes: Sequence[str] | None, only: Sequence[str] | None, ignore: Sequence[str] | None) -> list[str]:
     """Codes to run, in code order, after ``--only`` and ``--ignore`` (prefixes like ``CD4`` allowed)."""
     all_codes = sorted(codes if codes is not None else REGISTRY)
@@ -229,7 +239,7 @@ def select(codes: Sequence[str] | None, only: Sequence[str] | None, ignore: Sequ
             p = pattern.strip().upper()
             if not p:
                 continue
-            matched = {c for c in all_codes if c.startswith(p.rstrip("X"))}
+            matched = set(codes_matching(p, all_codes))
             if not matched:
                 raise UsageError(f"{option} {pattern!r} matches no detector; known codes: {', '.join(all_codes)}")
             chosen |= matched

@@ -109,7 +109,7 @@ def open_parquet(path: Path) -> pq.ParquetFile:
         except OSError as exc:
             raise InputError(f"{path}: cannot read file ({exc.strerror or exc})") from exc
         # pyarrow takes paths as UTF-8; a name that is not (undecodable bytes on Linux) is opened by Python.
-        source = path if str(path).isprintable() or _is_utf8(str(path)) else path.open("rb")
+        source = path if _is_utf8(str(path)) else path.open("rb")
     if head != _MAGIC:
         raise InputError(
             f"{path}: not a Parquet file (it does not start with the Parquet magic bytes)",
