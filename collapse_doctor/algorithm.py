@@ -9,6 +9,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from collapse_doctor.result import Phase
 from collapse_doctor.schema import DYNAMIC_WEIGHTS_SOURCE
 from collapse_doctor.series import RECOMPUTATIONS, RunSeries
 
@@ -62,3 +63,36 @@ def match_logged(mae: Mapping[str, float]) -> tuple[str | None, str]:
         label = "GDPO" if best == "gdpo" else "GRPO"
         return best, f"logged advantages match {label}" + (f" (scale {scale})" if scale else "")
     return None, f"logged advantages match no recomputation (closest: {best}, {mae[best]:.3g})"
+
+
+AGGREGATION_NAMES = {
+    "grpo": "grpo",
+    "sum_then_normalize": "grpo",
+    "gdpo": "gdpo",
+    "gdpo-dynamic": "gdpo",
+    "normalize_then_sum": "gdpo",
+}
+"""Values of the ``aggregation`` column (collapse-doctor retrain's, TRL's ``multi_objective_aggregation``) and the
+algorithm each is judged under (gdpo-dynamic's per-step weights are read from its ``weight/`` columns)."""
+
+
+def phases_from_labels(labels: Mapping[int, str]) -> tuple[tuple[Phase, ...], str | None]:
+    """The runs of consecutive steps under one aggregation, from ``{step: aggregation column value}``; and a
+    warning when a value is not an aggregation (then no phases: the column is not used).
+
+    >>> phases, _ = phases_from_labels({0: "grpo", 1: "grpo", 2: "gdpo-dynamic", 3: "gdpo"})
+    >>> [p.label() for p in phases]
+    ['GRPO steps 0-1', 'GDPO steps 2-3']
+    """
+    unknown = sorted({v for v in labels.values() if v not in AGGREGATION_NAMES})
+    if unknown:
+        shown = ", ".join(repr(v) for v in unknown[:3])
+        return (), f"the 'aggregation' column holds {shown}, not one of {', '.join(AGGREGATION_NAMES)}: not used"
+    phases: list[Phase] = []
+    for step in sorted(labels):
+        algorithm = AGGREGATION_NAMES[labels[step]]
+        if phases and phases[-1].algorithm == algorithm:
+            phases[-1] = Phase(phases[-1].first_step, step, algorithm)
+        else:
+            phases.append(Phase(step, step, algorithm))
+    return tuple(phases), None

@@ -92,6 +92,15 @@ WeightsOption = Annotated[
     str | None, typer.Option("--weights", help="Channel weights, e.g. format=1,correct=0.5 (default 1.0).")
 ]
 DeviceOption = Annotated[str, typer.Option("--device", help="auto, cpu or cuda.")]
+RayOption = Annotated[
+    str | None,
+    typer.Option(
+        "--ray",
+        metavar="[ADDRESS]",
+        help="Scale out on Ray: shards of a run, or a sweep's runs, as Ray tasks. No ADDRESS: a local instance;"
+        " auto, HOST:PORT or ray://HOST:PORT: that cluster (the ray extra).",
+    ),
+]
 RunOption = Annotated[
     str | None,
     typer.Option("--run", help="With several runs under a log directory: the one to read (default: all)."),
@@ -126,8 +135,9 @@ RelGainMarginOption = Annotated[
     typer.Option("--rel-gain-margin", help="Gate: allowed drop of a channel's rel_gain now, relative (default 0.25)."),
 ]
 
-INPUT, VERDICT, DETECTORS, RUNS = "input", "verdict", "detectors", "runs"
-"""The groups of shared options: how to read the run (and where), how to judge it, which detectors, which run."""
+INPUT, VERDICT, DETECTORS, RUNS, SCALE = "input", "verdict", "detectors", "runs", "scale"
+"""The groups of shared options: how to read the run (and where), how to judge it, which detectors, which run,
+where to compute (Ray)."""
 
 
 @dataclass(frozen=True)
@@ -148,6 +158,7 @@ SHARED_OPTIONS: tuple[SharedOption, ...] = (
     SharedOption("only", DETECTORS, OnlyOption),
     SharedOption("ignore", DETECTORS, IgnoreOption),
     SharedOption("device", INPUT, DeviceOption, "auto"),
+    SharedOption("ray", SCALE, RayOption),
     SharedOption("step_col", INPUT, StepColOption),
     SharedOption("group_col", INPUT, GroupColOption),
     SharedOption("reward_cols", INPUT, RewardColsOption),
@@ -298,14 +309,24 @@ def _scan(
     paths: list[str], options: ScanOptions, request: OutputRequest, *, stdout: IO[str] | None
 ) -> tuple[int, list[ScanResult]]:
     """Discover once, check the outputs, scan every run, write the outputs: the exit code and the results."""
-    from collapse_doctor.pipeline import ScanHooks, plan_scan, run_scan
+    from collapse_doctor.pipeline import RunsFailed, ScanHooks, plan_scan, run_scan
     from collapse_doctor.report.outputs import write_outputs
+    from collapse_doctor.text_safety import printable
 
     plan = plan_scan(paths, options)
     request.check(plan.files, runs=[run.name for run in plan.runs])
+    failures: list[tuple[str, CollapseDoctorError]] = []
     with DelayedProgress("scanning") as progress:
-        results = run_scan(plan, ScanHooks(on_progress=progress, collector=request.collector()))
-    return write_outputs(results, request, stdout=stdout), results
+        try:
+            results = run_scan(plan, ScanHooks(on_progress=progress, collector=request.collector()))
+        except RunsFailed as exc:  # the other runs' outputs are written, then the failures, exit 2
+            if not exc.results:
+                raise
+            results, failures = exc.results, exc.failures
+    code = write_outputs(results, request, stdout=stdout, failures=[(n, e.one_line()) for n, e in failures])
+    for name, error in failures:
+        _err(f"error: run {printable(name)}: {error.one_line()}")
+    return code, results
 
 
 def _version(value: bool) -> None:
@@ -324,7 +345,7 @@ def _root(
 
 
 @app.command()
-@shared_options(INPUT)
+@shared_options(INPUT, SCALE)
 def advantages(
     paths: RunPathsArgument,
     output: Annotated[Path, typer.Option("-o", "--output", help="Output Parquet file.")],
@@ -351,6 +372,7 @@ def advantages(
             scale=scale,
             on_progress=progress,
             device=options.device,
+            ray=options.ray,
             **options.read.reader_kwargs(),
         )
     from collapse_doctor.io.atomic import is_stdout
@@ -369,7 +391,7 @@ def advantages(
 
 
 @app.command()
-@shared_options(INPUT, VERDICT, DETECTORS, RUNS)
+@shared_options(INPUT, VERDICT, DETECTORS, RUNS, SCALE)
 def scan(
     paths: RunPathsArgument,
     json_out: Annotated[Path | None, typer.Option("--json", help="Write the diagnosis as JSON to this file.")] = None,
@@ -493,7 +515,7 @@ def _size(size: int) -> str:
 
 
 @app.command()
-@shared_options(INPUT, VERDICT, DETECTORS, RUNS)
+@shared_options(INPUT, VERDICT, DETECTORS, RUNS, SCALE)
 def report(
     paths: RunPathsArgument,
     html_out: Annotated[Path, typer.Option("--html", help="Write the self-contained HTML report to this file.")],
@@ -534,7 +556,7 @@ def report(
 
 
 @app.command()
-@shared_options(INPUT, VERDICT, DETECTORS)
+@shared_options(INPUT, VERDICT, DETECTORS, SCALE)
 def compare(
     runs: Annotated[
         list[str],
@@ -908,7 +930,10 @@ def main(argv: list[str] | None = None) -> None:
     """
     try:
         with _sigterm_unwinds():
-            code = app(args=argv, prog_name="collapse-doctor", standalone_mode=False)
+            from collapse_doctor.cluster import normalise_ray_flag
+
+            args = normalise_ray_flag(sys.argv[1:] if argv is None else argv)
+            code = app(args=args, prog_name="collapse-doctor", standalone_mode=False)
     except Terminated:
         _err("terminated (SIGTERM)")
         sys.exit(EXIT_TERMINATED)

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from collapse_doctor.config import GATE_KEYS
-from collapse_doctor.errors import UsageError
+from collapse_doctor.errors import CollapseDoctorError, UsageError
 from collapse_doctor.findings import Finding, Severity, check_fail_on, plain
 
 if TYPE_CHECKING:
@@ -121,7 +121,7 @@ def load_runs(
     before any run is scanned, so a bad argument fails before the work starts.
     """
     from collapse_doctor.io.discovery import choose_run
-    from collapse_doctor.pipeline import ScanHooks, plan_scan, scan_run
+    from collapse_doctor.pipeline import ScanHooks, plan_scan, scan_runs
 
     if len(arguments) < minimum:
         raise UsageError(
@@ -138,8 +138,11 @@ def load_runs(
                 raise UsageError(f"{argument.path}: {exc.message}", hint=f"pick one as {argument.path}@NAME") from None
         plans.append(plan)
     check_outputs(outputs or {}, [f for plan in plans for f in plan.files])
-    hooks = ScanHooks(on_progress=on_progress)
-    return parsed, [scan_run(plan, plan.runs[0], hooks) for plan in plans]
+    outcomes = scan_runs([(plan, plan.runs[0]) for plan in plans], ScanHooks(on_progress=on_progress))
+    for outcome in outcomes:  # a comparison needs every run: the first error (in argument order) stops it
+        if isinstance(outcome, CollapseDoctorError):
+            raise outcome
+    return parsed, [o for o in outcomes if not isinstance(o, CollapseDoctorError)]
 
 
 def check_outputs(outputs: Mapping[str, Path | None], inputs: Sequence[Path]) -> None:

@@ -18,6 +18,10 @@ class CollapseDoctorError(Exception):
         self.hint = hint
         super().__init__(self.one_line())
 
+    def __reduce__(self) -> tuple[object, ...]:
+        # Picklable with its hint (a Ray task's error comes back to the driver as it was raised).
+        return _rebuild, (type(self), self.message, self.hint)
+
     def one_line(self) -> str:
         text = self.message if not self.hint else f"{self.message}. Hint: {self.hint}"
         # One line, always: file names or values may carry newlines.
@@ -42,3 +46,7 @@ class DeviceError(CollapseDoctorError):
 
 class OutputError(CollapseDoctorError):
     """The output cannot be written where the user asked."""
+
+
+def _rebuild(kind: type[CollapseDoctorError], message: str, hint: str | None) -> CollapseDoctorError:
+    return kind(message, hint=hint)

@@ -7,11 +7,15 @@ order through :class:`OrderedParquetWriter`, which only buffers rows that arrive
 
 from __future__ import annotations
 
+import copy
+import functools
 import json
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -32,6 +36,7 @@ from collapse_doctor.io.atomic import atomic_path
 from collapse_doctor.io.parquet import ParquetRun
 from collapse_doctor.memory import release_free_memory
 from collapse_doctor.options import ReadOptions
+from collapse_doctor.reduce import describe_shard, shard_ranges
 from collapse_doctor.schema import (
     ADVANTAGE,
     GROUND_TRUTH_METADATA_KEY,
@@ -41,6 +46,9 @@ from collapse_doctor.schema import (
     RolloutBatch,
     channel_column,
 )
+
+if TYPE_CHECKING:
+    from collapse_doctor.cluster import Executor
 
 ADVANTAGES_METADATA_KEY = "collapse_doctor.advantages"
 ProgressCallback = Callable[[int, int], None]
@@ -224,6 +232,38 @@ def detect_scale(chunk: list[RolloutBatch], run: ParquetRun, *, device: str, con
     return SCALE_OF[match], f"detected: the logged advantages match GRPO with --scale {SCALE_OF[match]}"
 
 
+@dataclass(frozen=True)
+class ShardExport:
+    """One shard's output rows, computed in a worker: ``(row ids, table)`` per chunk, and the reader's counts."""
+
+    tables: list[tuple[np.ndarray, pa.Table]]
+    notes: Any
+    rows: int
+    steps: int
+
+
+def export_shard(shard: ParquetRun, *, schema: pa.Schema, scale: str, convention: str) -> ShardExport:
+    """A worker's part of :func:`export_advantages`: the output rows of one shard of the run (on CPU)."""
+    tables, rows, steps = [], 0, 0
+    for chunk in chunk_steps(shard.iter_steps()):
+        row_ids, table = _chunk_table(chunk, shard, schema, device="cpu", scale=scale, convention=convention)
+        tables.append((row_ids, table))
+        rows += table.num_rows
+        steps += len(chunk)
+    return ShardExport(tables=tables, notes=shard.notes, rows=rows, steps=steps)
+
+
+@contextmanager
+def _cluster(ray: str | None) -> Iterator[Executor | None]:
+    if ray is None:
+        yield None
+        return
+    from collapse_doctor.cluster import ray_session
+
+    with ray_session(ray) as executor:
+        yield executor
+
+
 def _open_rollouts(paths: Sequence[str | Path], read: ReadOptions) -> tuple[ParquetRun, list[Path]]:
     """The rollouts of the one run in ``paths`` (canonical Parquet or a sniffed trainer layout), and their files.
 
@@ -263,11 +303,14 @@ def export_advantages(
     reward_cols: Sequence[str] | None = None,
     group_size: int | None = None,
     on_progress: ProgressCallback | None = None,
+    ray: str | None = None,
 ) -> ExportSummary:
     """Recompute GRPO/GDPO advantages of a run and write them, one row per input row, to ``output``.
 
     Without ``scale``, the GRPO scaling is the one the run's logged advantages match (compared on the first
     chunk, see :func:`detect_scale`), else ``group``; :attr:`ExportSummary.scale_source` says which and why.
+    With ``ray`` (an address, or ``"local"``) the run's shards are computed as Ray tasks (on the workers' CPUs)
+    and written here in row order.
     """
     if convention not in CONVENTIONS:
         raise UsageError(f"--convention {convention!r} is not one of {', '.join(CONVENTIONS)}")
@@ -275,15 +318,19 @@ def export_advantages(
         raise UsageError(f"--scale {scale!r} is not one of {', '.join(SCALES)}")
     scale_source = "--scale" if scale is not None else "default: no rows"
     started = time.perf_counter()
-    dev = str(resolve_device(device))
+    if ray is not None and device not in ("auto", "cpu"):
+        raise UsageError(f"--ray computes on the workers' CPUs: --device {device} cannot be used with it")
+    dev = "cpu" if ray is not None else str(resolve_device(device))
     read = ReadOptions.of(
         step_col=step_col, group_col=group_col, reward_cols=reward_cols, group_size=group_size, weights=weights
     )
     run, inputs = _open_rollouts(paths, read)
     done = 0
     steps = 0
-    with atomic_path(output, inputs=inputs) as tmp:
+    with atomic_path(output, inputs=inputs) as tmp, _cluster(ray) as executor:
         writer: OrderedParquetWriter | None = None
+        shards = shard_ranges(run, executor.workers) if executor is not None else []
+        notes = copy.deepcopy(run.notes)
         try:
             for chunk in chunk_steps(run.iter_steps()):
                 if writer is None:
@@ -292,6 +339,9 @@ def export_advantages(
                     metadata = _metadata(run, convention=convention, scale=scale, scale_source=scale_source)
                     schema = _output_schema(run, chunk[0]).with_metadata(metadata)
                     writer = OrderedParquetWriter(tmp, schema)
+                    if executor is not None and len(shards) > 1:
+                        run.notes = notes  # the shards count this chunk's rows again, from the first row
+                        break  # the scale and the schema are known: the shards go out
                 assert scale is not None  # chosen with the writer, on the first chunk
                 row_ids, table = _chunk_table(chunk, run, writer.schema, device=dev, scale=scale, convention=convention)
                 writer.write(row_ids, table)
@@ -301,6 +351,18 @@ def export_advantages(
                 steps += len(chunk)
                 if on_progress is not None:
                     on_progress(done, run.num_rows)
+            if executor is not None and len(shards) > 1 and writer is not None:
+                assert scale is not None
+                work = functools.partial(export_shard, schema=writer.schema, scale=scale, convention=convention)
+                for result in executor.map(work, [run.shard(a, b) for a, b in shards], describe_shard):
+                    assert isinstance(result, ShardExport)  # errors are raised
+                    for row_ids, table in result.tables:
+                        writer.write(row_ids, table)
+                    run.add_notes(result.notes)
+                    done += result.rows
+                    steps += result.steps
+                    if on_progress is not None:
+                        on_progress(done, run.num_rows)
         except BaseException:
             if writer is not None:
                 writer.abort()

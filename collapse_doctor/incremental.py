@@ -27,7 +27,15 @@ from collapse_doctor.io.open import open_rollouts, read_scalar_log
 from collapse_doctor.io.remote import file_signature
 from collapse_doctor.io.scalar_cache import ScalarCache
 from collapse_doctor.options import ScanOptions
-from collapse_doctor.pipeline import ScanHooks, ScanPlan, detect, plan_scan, scan_run
+from collapse_doctor.pipeline import (
+    ScanHooks,
+    ScanPlan,
+    aggregation_phases,
+    detect,
+    plan_scan,
+    scan_run,
+    step_aggregation,
+)
 from collapse_doctor.reduce import reduce_rollouts
 from collapse_doctor.result import Diagnosis, RunSummary
 from collapse_doctor.series import RunSeries
@@ -56,6 +64,8 @@ class _Part:
     signature: tuple[int, int, str]
     summary: RunSummary
     series: RunSeries
+    aggregation: dict[int, str]
+    """``{step: aggregation}`` of the file's ``aggregation`` column (empty without one)."""
 
 
 class IncrementalScan:
@@ -86,7 +96,7 @@ class IncrementalScan:
         series = reduce_rollouts(reader, device)
         summary = rollout_summary(reader, series, algorithm=("unknown", ""), device=device)
         self.files_reduced += 1
-        return _Part(signature, summary, series)
+        return _Part(signature, summary, series, step_aggregation(reader) or {})
 
     def _per_step(self, plan: ScanPlan, run: RunInputs) -> Diagnosis | None:
         parts = self._parts.setdefault(run.name, {})
@@ -102,7 +112,10 @@ class IncrementalScan:
             return None  # channels or columns changed between files: scan the run as a whole
         runs = [part.summary for part in done]
         dynamic = tuple(dict.fromkeys(c for r in runs for c in r.dynamic_weight_channels))
-        algorithm, source = detect_algorithm(series, plan.options.algo, dynamic)
+        labels = {step: label for part in done for step, label in part.aggregation.items()}
+        (algorithm, source), phases, notes = aggregation_phases(
+            labels, plan.options.algo, detect_algorithm(series, plan.options.algo, dynamic)
+        )
         summary = RunSummary(
             sources=tuple(s for r in runs for s in r.sources),
             steps=series.num_steps,
@@ -118,9 +131,10 @@ class IncrementalScan:
             algorithm_source=source,
             logged_advantage=all(r.logged_advantage for r in runs),
             device=runs[0].device,
-            warnings=tuple(dict.fromkeys(w for r in runs for w in r.warnings)),
+            warnings=tuple(dict.fromkeys([*(w for r in runs for w in r.warnings), *notes])),
             weights_source=runs[0].weights_source,
             dynamic_weight_channels=dynamic,
+            phases=phases,
         )
         scalars = read_scalar_log(run, self.scalar_cache)
         summary = with_scalar_log(summary, scalars, name=run.name if plan.named else None, has_rollouts=True)

@@ -71,10 +71,17 @@ class ScanOptions:
     only: tuple[str, ...] | None = None
     ignore: tuple[str, ...] | None = None
     run_name: str | None = None
+    ray: str | None = None
+    """Scale out on Ray: ``"local"`` (a local instance), ``"auto"`` or a cluster address; ``None``: this process."""
 
     def __post_init__(self) -> None:
         if self.algo not in ALGORITHMS:
             raise UsageError(f"--algo {self.algo!r} is not one of {', '.join(ALGORITHMS)}")
+        if self.ray is not None and self.device not in ("auto", "cpu"):
+            raise UsageError(
+                f"--ray computes on the workers' CPUs: --device {self.device} cannot be used with it",
+                hint="drop --device, or drop --ray to compute on this machine's GPU",
+            )
 
     @classmethod
     def of(

@@ -15,12 +15,22 @@ T = TypeVar("T")
 R = TypeVar("R")
 
 
+_core_limit: int | None = None
+
+
+def limit_cores(cores: int | None) -> None:
+    """Size this process's threads for ``cores`` cores (a Ray task given one CPU), ``None``: every core it may use."""
+    global _core_limit
+    _core_limit = cores
+
+
 def available_cores() -> int:
-    """Cores this process may run on."""
+    """Cores this process may run on (at most the :func:`limit_cores` limit)."""
     try:
-        return len(os.sched_getaffinity(0))
+        cores = len(os.sched_getaffinity(0))
     except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
+        cores = os.cpu_count() or 1
+    return min(cores, _core_limit) if _core_limit else cores
 
 
 def map_ordered(work: Callable[[T], R], items: Sequence[T], workers: int) -> list[R]:

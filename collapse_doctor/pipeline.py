@@ -15,29 +15,30 @@ these steps; each is a function of values, so a caller composes the ones it need
 
 from __future__ import annotations
 
+import functools
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
-from collapse_doctor.algorithm import detect_algorithm
+from collapse_doctor.algorithm import detect_algorithm, phases_from_labels
 from collapse_doctor.config import Config, check_fail_on, load_config
 from collapse_doctor.detectors import REGISTRY, DetectionContext
 from collapse_doctor.detectors.base import select, threshold_defaults
 from collapse_doctor.detectors.runner import run_detectors
-from collapse_doctor.errors import InputError
-from collapse_doctor.findings import Finding, verdict_of
+from collapse_doctor.errors import CollapseDoctorError, InputError
+from collapse_doctor.findings import Finding, Severity, verdict_of
 from collapse_doctor.io.discovery import RunInputs, choose_run, discover_runs
 from collapse_doctor.io.list_files import expand_list_files
 from collapse_doctor.io.open import open_rollouts, read_scalar_log
 from collapse_doctor.options import ReadOptions, ScanOptions
 from collapse_doctor.parallel import available_cores, map_ordered
 from collapse_doctor.reduce import empty_series, reduce_rollouts
-from collapse_doctor.result import Diagnosis, RunSummary
-from collapse_doctor.schema import resolve_weights
+from collapse_doctor.result import Diagnosis, Phase, RunSummary
+from collapse_doctor.schema import AGGREGATION, resolve_weights
 from collapse_doctor.summary import (
     channel_table,
     rollout_summary,
@@ -48,6 +49,7 @@ from collapse_doctor.summary import (
 from collapse_doctor.weights import weight_inference
 
 if TYPE_CHECKING:
+    from collapse_doctor.cluster import Executor
     from collapse_doctor.io.parquet import ParquetRun
     from collapse_doctor.io.scalar_cache import ScalarCache
     from collapse_doctor.scalars import ScalarSeries
@@ -56,16 +58,21 @@ if TYPE_CHECKING:
 
 __all__ = [
     "RunCollector",
+    "RunsFailed",
     "ScanHooks",
     "ScanPlan",
     "ScanResult",
+    "aggregation_phases",
     "detect",
     "diagnose",
     "diagnose_runs",
     "plan_scan",
     "resolve_config",
+    "results_or_raise",
     "run_scan",
     "scan_run",
+    "scan_runs",
+    "step_aggregation",
 ]
 
 
@@ -169,9 +176,12 @@ def detect(
 
     ``started`` is the ``time.perf_counter()`` value the scan began at (``seconds`` stays 0 without it).
     """
-    summary = with_signal(summary, series)
-    ctx = DetectionContext(run=summary, series=series, config=config, scalars=scalars)
-    findings, skipped = run_detectors(ctx, codes)
+    if len(summary.phases) > 1:
+        summary, findings, skipped = _detect_by_phase(summary, series, scalars, config, codes)
+    else:
+        summary = with_signal(summary, series)
+        ctx = DetectionContext(run=summary, series=series, config=config, scalars=scalars)
+        findings, skipped = run_detectors(ctx, codes)
     return Diagnosis(
         verdict=verdict_of(findings, judged=any(code not in skipped for code in codes)),
         findings=tuple(findings),
@@ -186,6 +196,59 @@ def detect(
     )
 
 
+def _detect_by_phase(
+    summary: RunSummary, series: RunSeries, scalars: ScalarSeries | None, config: Config, codes: Sequence[str]
+) -> tuple[RunSummary, list[Finding], dict[str, str]]:
+    """A run that switched aggregation: each phase's steps judged under that phase's aggregation.
+
+    The last phase is the run as it trains now: its findings and skipped detectors are the run's, and the signal
+    budget is its own. A finding of an earlier phase is history: it is kept as information, its message saying
+    where it held and at which severity (a crashed detector stays an error).
+    """
+    findings: list[Finding] = []
+    skipped: dict[str, str] = {}
+    last = len(summary.phases) - 1
+    for index, phase in enumerate(summary.phases):
+        part = series.between(phase.first_step, phase.last_step)
+        run = with_signal(
+            replace(
+                summary,
+                algorithm=phase.algorithm,
+                steps=part.num_steps,
+                first_step=phase.first_step,
+                last_step=phase.last_step,
+            ),
+            part,
+        )
+        part_scalars = scalars.between(phase.first_step, phase.last_step) if scalars is not None else None
+        ctx = DetectionContext(run=run, series=part, config=config, scalars=part_scalars)
+        found, phase_skipped = run_detectors(ctx, codes)
+        if index == last:
+            findings = found + findings
+            skipped = phase_skipped
+            summary = replace(summary, signal=run.signal)
+        else:
+            findings += [_before_switch(f, phase, summary.phases[index + 1]) for f in found]
+    findings.sort(key=lambda f: -f.severity)  # stable: the last phase's first among equals
+    return summary, findings, skipped
+
+
+def _before_switch(finding: Finding, phase: Phase, after: Phase) -> Finding:
+    if finding.severity == Severity.ERROR:
+        return finding
+    where = (
+        f"Before the switch to {after.algorithm.upper()} at step {after.first_step} (judged under "
+        f"{phase.algorithm.upper()}, steps {phase.first_step}-{phase.last_step}, where it was {finding.severity.label})"
+    )
+    evidence = {
+        **finding.evidence,
+        "phase": phase.label(),
+        "phase_severity": finding.severity.label,
+        "judged_under": phase.algorithm,
+    }
+    return replace(finding, severity=Severity.INFO, message=f"{where}: {finding.message}", evidence=evidence)
+
+
 def _with_finding_states(rows: tuple[dict[str, Any], ...], findings: Sequence[Finding]) -> tuple[dict[str, Any], ...]:
     """Channel rows with the state a detector's finding gives the channels it names (``Detector.channel_state``:
     CD104's channels follow the length cap, so they are "clipped", saturated for the wrong reason)."""
@@ -195,8 +258,10 @@ def _with_finding_states(rows: tuple[dict[str, Any], ...], findings: Sequence[Fi
     )
 
 
-def scan_run(plan: ScanPlan, run: RunInputs, hooks: ScanHooks | None = None) -> ScanResult:
-    """Open, reduce, summarise and diagnose one run of a plan.
+def scan_run(
+    plan: ScanPlan, run: RunInputs, hooks: ScanHooks | None = None, executor: Executor | None = None
+) -> ScanResult:
+    """Open, reduce, summarise and diagnose one run of a plan (its rollouts' shards on ``executor``, if given).
 
     A run with only a scalar log that holds no points is an :class:`InputError` when it is the only run; one
     of several runs is reported with a warning, and the others are scanned.
@@ -225,19 +290,52 @@ def scan_run(plan: ScanPlan, run: RunInputs, hooks: ScanHooks | None = None) -> 
     else:
         from collapse_doctor.advantages import resolve_device
 
-        device = str(resolve_device(options.device))
-        collectors = [collector.collect] if collector is not None else []
-        series = reduce_rollouts(reader, device, collectors=collectors, on_progress=hooks.on_progress)
+        device = "cpu" if executor is not None else str(resolve_device(options.device))
+        collectors = [collector] if collector is not None else []
+        series = reduce_rollouts(
+            reader, device, collectors=collectors, on_progress=hooks.on_progress, executor=executor
+        )
         algorithm = detect_algorithm(series, options.algo, reader.dynamic_weight_channels)
         reader, series, algorithm, collector, notes = _with_inferred_weights(
-            run, options, hooks, (reader, series, algorithm, collector), device
+            run, options, hooks, (reader, series, algorithm, collector), device, executor
         )
+        algorithm, phases, phase_notes = aggregation_phases(step_aggregation(reader), options.algo, algorithm)
+        notes = notes + phase_notes
         summary = rollout_summary(reader, series, algorithm=algorithm, device=device)
+        summary = replace(summary, phases=phases)
         summary = replace(summary, warnings=summary.warnings + notes) if notes else summary
     summary = with_scalar_log(summary, scalars, name=run.name if plan.named else None, has_rollouts=reader is not None)
     diagnosis = detect(summary, series, scalars, plan.config, plan.codes, started=started)
     extra = collector.finish(diagnosis) if collector is not None else None
     return ScanResult(diagnosis=diagnosis, inputs=run, extra=extra)
+
+
+def step_aggregation(reader: Any) -> dict[int, str] | None:
+    """``{step: aggregation}`` from the rollouts' ``aggregation`` column, if the reader has one."""
+    return reader.step_labels(AGGREGATION) if hasattr(reader, "step_labels") else None
+
+
+def aggregation_phases(
+    labels: Mapping[int, str] | None, algo: str, algorithm: tuple[str, str]
+) -> tuple[tuple[str, str], tuple[Phase, ...], tuple[str, ...]]:
+    """The algorithm, the phases of a run whose rollouts' ``aggregation`` column changes (a hybrid switch) and
+    warning lines, from ``{step: aggregation}`` (:func:`step_aggregation`).
+
+    ``--algo`` wins over the column; the column names the algorithm of a run whose logged advantages did not; a run
+    under one aggregation has no phases.
+    """
+    if not labels or algo != "auto":
+        return algorithm, (), ()
+    phases, warning = phases_from_labels(labels)
+    if warning is not None:
+        return algorithm, (), (warning,)
+    if len(phases) == 1:
+        if algorithm[0] != "unknown":
+            return algorithm, (), ()
+        return (phases[0].algorithm, "the rollouts' aggregation column"), (), ()
+    shown = ", then ".join(p.label() for p in phases)
+    source = f"the rollouts' aggregation column: {shown}; each phase judged under its own aggregation"
+    return (phases[-1].algorithm, source), phases, ()
 
 
 INFERRED_WEIGHTS_SOURCE = "inferred from logged advantages"
@@ -246,7 +344,7 @@ _Reduction = tuple["ParquetRun", "RunSeries", tuple[str, str], "RunCollector | N
 
 
 def _with_inferred_weights(
-    run: RunInputs, options: ScanOptions, hooks: ScanHooks, first: _Reduction, device: str
+    run: RunInputs, options: ScanOptions, hooks: ScanHooks, first: _Reduction, device: str, executor: Executor | None
 ) -> tuple[ParquetRun, RunSeries, tuple[str, str], RunCollector | None, tuple[str, ...]]:
     """The reduction to summarise, and warning lines: a second pass with the weights the logged advantages imply.
 
@@ -271,8 +369,8 @@ def _with_inferred_weights(
     again = open_rollouts(run, read, check_rewards_first=False)
     assert again is not None  # the run opened once already
     fresh = hooks.collector(run, read) if hooks.collector is not None else None
-    collectors = [fresh.collect] if fresh is not None else []
-    reweighed = reduce_rollouts(again, device, collectors=collectors, on_progress=hooks.on_progress)
+    collectors = [fresh] if fresh is not None else []
+    reweighed = reduce_rollouts(again, device, collectors=collectors, on_progress=hooks.on_progress, executor=executor)
     detected = detect_algorithm(reweighed, options.algo, again.dynamic_weight_channels)
     if detected[0] == "unknown":  # right up to scale only (scale_rewards="none"): keep the configured weights
         note = (
@@ -289,9 +387,75 @@ def _with_inferred_weights(
 
 
 def run_scan(plan: ScanPlan, hooks: ScanHooks | None = None) -> list[ScanResult]:
-    """Scan every run of a plan; several runs (a sweep) are scanned at once, one thread per core, and come back in
-    discovery order (each run's own chunks go to :class:`~collapse_doctor.workers.ChunkWorkers` as usual)."""
-    return map_ordered(lambda run: scan_run(plan, run, hooks), plan.runs, available_cores())
+    """Scan every run of a plan, in discovery order (:func:`scan_runs`).
+
+    When some runs of several fail (a corrupt file), the others are still scanned: :class:`RunsFailed` carries
+    their results and each failure. One run's failure is raised as it is.
+    """
+    outcomes = scan_runs([(plan, run) for run in plan.runs], hooks)
+    return results_or_raise(outcomes, [run.name for run in plan.runs])
+
+
+def scan_runs(
+    jobs: Sequence[tuple[ScanPlan, RunInputs]], hooks: ScanHooks | None = None
+) -> list[ScanResult | CollapseDoctorError]:
+    """Scan each ``(plan, run)``; a run's :class:`CollapseDoctorError` is returned in its place.
+
+    Locally, several runs are scanned at once, one thread per core (each run's chunks go to
+    :class:`~collapse_doctor.workers.ChunkWorkers` as usual). With ``--ray`` (the plans' ``options.ray``) one run
+    is reduced shard by shard on the cluster, and several runs (a sweep) go out one run per task.
+    """
+    address = jobs[0][0].options.ray if jobs else None
+    if address is None:
+        return map_ordered(lambda job: _outcome(*job, hooks), jobs, available_cores())
+    from collapse_doctor.cluster import ray_session
+
+    with ray_session(address) as executor:
+        if len(jobs) == 1:
+            return [_outcome(*jobs[0], hooks, executor)]
+        # The progress bar lives here, not in the task; the report's collector (a class) travels.
+        task_hooks = replace(hooks or ScanHooks(), on_progress=None)
+        tasks = [(replace(plan, options=plan.options.with_(ray=None)), run) for plan, run in jobs]
+        work = functools.partial(_scan_task, hooks=task_hooks)
+        return list(executor.map(work, tasks, lambda job: job[1].name, keep_going=True))
+
+
+def _scan_task(job: tuple[ScanPlan, RunInputs], hooks: ScanHooks) -> ScanResult:
+    return scan_run(*job, hooks)
+
+
+def _outcome(
+    plan: ScanPlan, run: RunInputs, hooks: ScanHooks | None, executor: Executor | None = None
+) -> ScanResult | CollapseDoctorError:
+    try:
+        return scan_run(plan, run, hooks, executor)
+    except CollapseDoctorError as exc:
+        return exc
+
+
+class RunsFailed(InputError):
+    """Some runs of several could not be scanned: ``results`` holds the others', ``failures`` each
+    ``(run name, error)``."""
+
+    def __init__(self, results: list[ScanResult], failures: list[tuple[str, CollapseDoctorError]]) -> None:
+        self.results = results
+        self.failures = failures
+        total = len(results) + len(failures)
+        shown = "; ".join(f"{name}: {exc.one_line()}" for name, exc in failures)
+        super().__init__(f"{len(failures)} of {total} runs could not be scanned: {shown}")
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return RunsFailed, (self.results, self.failures)
+
+
+def results_or_raise(outcomes: Sequence[ScanResult | CollapseDoctorError], names: Sequence[str]) -> list[ScanResult]:
+    """The results, when every run was scanned; else the one run's error, or :class:`RunsFailed`."""
+    failures = [(name, o) for name, o in zip(names, outcomes, strict=True) if isinstance(o, CollapseDoctorError)]
+    if not failures:
+        return [o for o in outcomes if isinstance(o, ScanResult)]
+    if len(outcomes) == 1:
+        raise failures[0][1]
+    raise RunsFailed([o for o in outcomes if isinstance(o, ScanResult)], failures)
 
 
 def diagnose(paths: Sequence[str | Path], options: ScanOptions | None = None) -> Diagnosis:

@@ -7,7 +7,9 @@ histograms), and the per-step statistics are gathered into a :class:`~collapse_d
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
@@ -17,6 +19,7 @@ from collapse_doctor.series import RunSeries, SeriesBuilder, channel_pairs
 
 if TYPE_CHECKING:
     from collapse_doctor.batching import StackedChunk
+    from collapse_doctor.cluster import Executor
     from collapse_doctor.stats import ChunkInput
 
 SCAN_CHUNK_ROWS = 1 << 18
@@ -24,8 +27,13 @@ SCAN_CHUNK_ROWS = 1 << 18
 TRIM_EVERY_ROWS = 1 << 20
 """Give freed heap memory back to the OS this often (see collapse_doctor.memory)."""
 
-ChunkCollector = Callable[[np.ndarray, "ChunkInput"], None]
-"""Called once per chunk with the chunk's step numbers ``[S]`` (ascending) and its ChunkInput."""
+
+class ChunkCollector(Protocol):
+    """Sees every chunk of a run (the HTML report's collector); one that also has ``summarizer(num_rows)`` (a
+    picklable ``(steps, chunk, first_row) -> summary``) and ``absorb(steps, summary)`` lets the chunks be
+    reduced elsewhere (Ray shards), with only the summaries coming back."""
+
+    def collect(self, steps: np.ndarray, chunk: ChunkInput) -> None: ...
 
 
 class RolloutSource(Protocol):
@@ -36,6 +44,22 @@ class RolloutSource(Protocol):
     num_rows: int
 
     def iter_chunks(self, max_rows: int) -> Iterator[StackedChunk]: ...
+
+
+SHARDS_PER_WORKER = 4
+"""Shards of one run per Ray worker: a slow worker holds up the in-order merge by at most a quarter of its share."""
+MIN_SHARD_ROWS = 4 * SCAN_CHUNK_ROWS
+"""Fewer rows per task and the task's start-up (imports, opening the files) would outweigh its reading."""
+
+
+@dataclass(frozen=True)
+class ShardResult:
+    """One shard reduced in a worker: per chunk its steps, statistics and the collectors' summaries, plus the
+    reader's counts (NaN rewards, group sizes ...) for the run's warnings."""
+
+    chunks: list[tuple[np.ndarray, dict[str, np.ndarray], tuple[Any, ...]]]
+    notes: Any
+    rows: int
 
 
 def empty_series(channels: tuple[str, ...]) -> RunSeries:
@@ -49,27 +73,27 @@ def reduce_rollouts(
     *,
     collectors: Sequence[ChunkCollector] = (),
     on_progress: Callable[[int, int], None] | None = None,
+    executor: Executor | None = None,
 ) -> RunSeries:
-    """Stream a rollout reader's chunks through the advantage engine and the statistics: per-step series."""
-    from collapse_doctor.advantages import compute_advantages
-    from collapse_doctor.stats import ChunkInput, step_statistics
-    from collapse_doctor.workers import ChunkWorkers
+    """Stream a rollout reader's chunks through the advantage engine and the statistics: per-step series.
 
-    channels = run.channels
-    builder = SeriesBuilder(channels, channel_pairs(channels))
+    With an ``executor`` (Ray) a reader that cuts itself into shards of whole steps (``shards``/``shard``, as
+    :class:`~collapse_doctor.io.parquet.ParquetRun` does when its steps are in order) is reduced shard by shard
+    on the executor's workers; the series is assembled here in shard order, as from local chunks.
+    """
+    builder = SeriesBuilder(run.channels, channel_pairs(run.channels))
+    shards = _shards(run, executor)
+    if executor is not None and len(shards) > 1 and all(hasattr(c, "summarizer") for c in collectors):
+        _reduce_shards(run, shards, builder, device, collectors, on_progress, executor)
+        return builder.build()
     done = trimmed_at = 0
-
-    def reduce_chunk(stacked: StackedChunk) -> tuple[StackedChunk, ChunkInput, Mapping[str, Any]]:
-        rewards, group_index, step_index, weight_t, logged = stacked.tensors(channels, run.weights, device)
-        adv = compute_advantages(rewards, group_index, weights=weight_t, step_index=step_index)
-        num = stacked.num_groups, len(stacked.steps)
-        chunk_input = ChunkInput(rewards, group_index, step_index, weight_t, adv, *num, logged)
-        return stacked, chunk_input, {k: v.cpu().numpy() for k, v in step_statistics(chunk_input).items()}
-
-    with ChunkWorkers(device) as workers:
-        for stacked, chunk_input, stats in workers.map(reduce_chunk, run.iter_chunks(SCAN_CHUNK_ROWS)):
-            for collect in collectors:
-                collect(stacked.steps, chunk_input)
+    with _chunk_workers(device) as workers:
+        for stacked, chunk_input, stats in workers.map(
+            functools.partial(_reduce_chunk, channels=run.channels, weights=run.weights, device=device),
+            run.iter_chunks(SCAN_CHUNK_ROWS),
+        ):
+            for collector in collectors:
+                collector.collect(stacked.steps, chunk_input)
             builder.add(stacked.steps, dict(stats))
             del chunk_input, stats
             done += len(stacked.rewards)
@@ -79,3 +103,87 @@ def reduce_rollouts(
             if on_progress is not None:
                 on_progress(done, run.num_rows)
     return builder.build()
+
+
+def _chunk_workers(device: str) -> Any:
+    from collapse_doctor.workers import ChunkWorkers
+
+    return ChunkWorkers(device)
+
+
+def _reduce_chunk(
+    stacked: StackedChunk, *, channels: tuple[str, ...], weights: Mapping[str, float], device: str
+) -> tuple[StackedChunk, ChunkInput, Mapping[str, Any]]:
+    """One chunk through the advantage engine and the statistics (numpy results)."""
+    from collapse_doctor.advantages import compute_advantages
+    from collapse_doctor.stats import ChunkInput, step_statistics
+
+    rewards, group_index, step_index, weight_t, logged = stacked.tensors(channels, weights, device)
+    adv = compute_advantages(rewards, group_index, weights=weight_t, step_index=step_index)
+    num = stacked.num_groups, len(stacked.steps)
+    chunk_input = ChunkInput(rewards, group_index, step_index, weight_t, adv, *num, logged)
+    return stacked, chunk_input, {k: v.cpu().numpy() for k, v in step_statistics(chunk_input).items()}
+
+
+def _shards(run: RolloutSource, executor: Executor | None) -> list[tuple[int, int]]:
+    return shard_ranges(run, executor.workers) if executor is not None else []
+
+
+def shard_ranges(run: Any, workers: int) -> list[tuple[int, int]]:
+    """The row ranges to cut ``run`` into for ``workers`` workers (``[]``: the reader cannot be cut)."""
+    shards = getattr(run, "shards", None)
+    if shards is None:
+        return []
+    per_shard = max(MIN_SHARD_ROWS, -(-run.num_rows // (workers * SHARDS_PER_WORKER)))
+    return list(shards(per_shard))
+
+
+def describe_shard(shard: Any) -> str:
+    """``FILE rows A-B``: where a shard's rows are (for the error of a task that died)."""
+    start, end = shard._rows
+    files = shard.files
+    where = str(files[0]) if len(files) == 1 else f"{files[0]} ... ({len(files)} files)"
+    return f"{where} rows {start:,}-{end:,}"
+
+
+def _reduce_shards(
+    run: RolloutSource,
+    shards: list[tuple[int, int]],
+    builder: SeriesBuilder,
+    device: str,
+    collectors: Sequence[ChunkCollector],
+    on_progress: Callable[[int, int], None] | None,
+    executor: Executor,
+) -> None:
+    summarizers = tuple(c.summarizer(run.num_rows) for c in collectors)  # type: ignore[attr-defined]
+    work = functools.partial(reduce_shard, device=device, summarizers=summarizers)
+    parts = [run.shard(start, end) for start, end in shards]  # type: ignore[attr-defined]
+    done = 0
+    for result in executor.map(work, parts, describe_shard):
+        assert isinstance(result, ShardResult)  # errors are raised (no keep_going)
+        for steps, stats, summaries in result.chunks:
+            builder.add(steps, stats)
+            for collector, summary in zip(collectors, summaries, strict=True):
+                collector.absorb(steps, summary)  # type: ignore[attr-defined]
+        run.add_notes(result.notes)  # type: ignore[attr-defined]
+        done += result.rows
+        if on_progress is not None:
+            on_progress(done, run.num_rows)
+    run.finish_shards()  # type: ignore[attr-defined]
+
+
+def reduce_shard(shard: Any, *, device: str, summarizers: Sequence[Callable[..., Any]] = ()) -> ShardResult:
+    """A worker's part of :func:`reduce_rollouts`: one shard of a run (``ParquetRun.shard``) to its steps'
+    statistics and the collectors' summaries of each chunk."""
+    chunks: list[tuple[np.ndarray, dict[str, np.ndarray], tuple[Any, ...]]] = []
+    first_row = shard._rows[0]
+    with _chunk_workers(device) as workers:
+        for stacked, chunk_input, stats in workers.map(
+            functools.partial(_reduce_chunk, channels=shard.channels, weights=shard.weights, device=device),
+            shard.iter_chunks(SCAN_CHUNK_ROWS),
+        ):
+            summaries = tuple(summarize(stacked.steps, chunk_input, first_row) for summarize in summarizers)
+            chunks.append((stacked.steps, dict(stats), summaries))
+            first_row += len(stacked.rewards)
+            del chunk_input
+    return ShardResult(chunks=chunks, notes=shard.notes, rows=first_row - shard._rows[0])

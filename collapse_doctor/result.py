@@ -22,6 +22,21 @@ JSON_FORMAT_VERSION = 1
 
 
 @dataclass(frozen=True)
+class Phase:
+    """Steps ``first_step..last_step`` trained under one aggregation (``grpo`` or ``gdpo``)."""
+
+    first_step: int
+    last_step: int
+    algorithm: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"algorithm": self.algorithm, "step_range": [self.first_step, self.last_step]}
+
+    def label(self) -> str:
+        return f"{self.algorithm.upper()} steps {self.first_step}-{self.last_step}"
+
+
+@dataclass(frozen=True)
 class RunSummary:
     """What was read: sizes, channels, weights and the aggregation the run used."""
 
@@ -58,6 +73,10 @@ class RunSummary:
 
     Read by the detectors and remedies; not part of the JSON output."""
 
+    phases: tuple[Phase, ...] = ()
+    """A run that switched aggregation (the rollouts' ``aggregation`` column): its phases in step order, each
+    judged under its own; ``algorithm`` is the last one's. Empty for a run under one aggregation."""
+
     @property
     def counterfactual_algorithm(self) -> str:
         """The aggregation a finding's ``gdpo_resolves`` was computed on: GRPO for a GDPO run, else GDPO."""
@@ -84,6 +103,7 @@ class RunSummary:
                 "scalar_points": self.scalar_points,
                 "scalar_framework": self.scalar_framework,
             }
+            | ({"phases": [p.to_dict() for p in self.phases]} if self.phases else {})
             | ({"signal": dict(self.signal)} if self.signal is not None else {})
         )
 
@@ -105,6 +125,14 @@ class Diagnosis:
     """The run's scalar log in canonical names (TensorBoard, trainer_state.json, verl file logger)."""
     channels: tuple[Mapping[str, Any], ...] = ()
     """The channel table (:func:`collapse_doctor.engine.channel_table.channel_table`), one row per channel."""
+
+    def counterfactual_of(self, finding: Finding) -> str:
+        """The aggregation ``finding.gdpo_resolves`` was computed on: the other of the one it was judged under
+        (a finding from before a hybrid switch names it in ``evidence["judged_under"]``), else the run's."""
+        judged = finding.evidence.get("judged_under")
+        if judged in ("grpo", "gdpo"):
+            return "GRPO" if judged == "gdpo" else "GDPO"
+        return self.run.counterfactual_algorithm
 
     def failing(self, fail_on: str | None = None) -> list[Finding]:
         """Findings at or above ``fail_on`` (crashed detectors always count, except with ``never``)."""

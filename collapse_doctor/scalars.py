@@ -13,7 +13,7 @@ Readers (TensorBoard event files, TRL ``trainer_state.json``, verl's file-logger
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -98,6 +98,14 @@ class ScalarSeries:
 
     def __contains__(self, name: str) -> bool:
         return name in self.series
+
+    def between(self, first: int, last: int) -> ScalarSeries:
+        """The points of steps ``first..last`` (inclusive) of every series."""
+        series = {}
+        for name, points in self.series.items():
+            keep = (points.steps >= first) & (points.steps <= last)
+            series[name] = TagPoints(steps=points.steps[keep], values=points.values[keep])
+        return replace(self, series=series, points=sum(len(p.steps) for p in series.values()))
 
     def get(self, name: str) -> TagPoints | None:
         return self.series.get(name)

@@ -32,6 +32,10 @@ from collapse_doctor.errors import SchemaError, UsageError
 STEP = "step"
 GROUP_ID = "group_id"
 ADVANTAGE = "advantage"
+AGGREGATION = "aggregation"
+"""Optional per-row column: the aggregation the trainer used at the row's step (``grpo``, ``gdpo``,
+``gdpo-dynamic``; collapse-doctor retrain writes it). A run whose steps change it (a hybrid GRPO -> GDPO switch)
+is judged phase by phase, each under its own aggregation."""
 PROMPT = "prompt"
 COMPLETION = "completion"
 COMPLETION_LENGTH = "completion_length"

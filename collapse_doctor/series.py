@@ -216,6 +216,12 @@ class RunSeries:
     def num_steps(self) -> int:
         return len(self.steps)
 
+    def between(self, first: int, last: int) -> RunSeries:
+        """The steps ``first..last`` (inclusive) of every series."""
+        keep = (self.steps >= first) & (self.steps <= last)
+        values = {name: array[keep] for name, array in self.values.items()}
+        return RunSeries(steps=self.steps[keep], channels=self.channels, pairs=self.pairs, values=values)
+
     def to_json(self) -> dict[str, Any]:
         """``{"step": [...], name: [...] | {channel: [...]} | {"a|b": [...]}}`` with NaN as null."""
         out: dict[str, Any] = {"step": [int(s) for s in self.steps]}

@@ -18,4 +18,4 @@ export COLLAPSE_DOCTOR_BROWSER_TESTS=1  # a missing browser fails those tests in
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
 .venv/bin/mypy
-exec .venv/bin/python -m pytest -n 2 "$@"
+exec .venv/bin/python -m pytest -n 2 --dist loadgroup "$@"

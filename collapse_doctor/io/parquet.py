@@ -15,6 +15,7 @@ Every problem is raised before the first step is handed on, except those only vi
 
 from __future__ import annotations
 
+import copy
 from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -132,11 +133,16 @@ def _first_line(exc: BaseException) -> str:
 
 
 def _iter_batches(
-    pf: pq.ParquetFile, path: Path, columns: list[str], unify: Mapping[str, pa.DataType] | None = None
+    pf: pq.ParquetFile,
+    path: Path,
+    columns: list[str],
+    unify: Mapping[str, pa.DataType] | None = None,
+    row_groups: Sequence[int] | None = None,
 ) -> Iterator[pa.RecordBatch]:
-    """The file's record batches of ``columns``; ``unify`` casts the columns whose type differs between files."""
+    """The file's record batches of ``columns`` (of ``row_groups`` only, if given); ``unify`` casts the columns
+    whose type differs between files."""
     try:
-        for batch in pf.iter_batches(batch_size=BATCH_ROWS, columns=columns):
+        for batch in pf.iter_batches(batch_size=BATCH_ROWS, columns=columns, row_groups=row_groups):
             if unify:
                 for name, dtype in unify.items():
                     index = batch.schema.get_field_index(name)
@@ -222,6 +228,13 @@ class IngestNotes:
     identical_files: list[tuple[str, str]] = field(default_factory=list)
     """Input pairs with the same size and Parquet footer: most likely one file copied under two names."""
 
+    def add_counts(self, other: IngestNotes) -> None:
+        """Add the counts that reading pass 2 makes (of a shard of the same run) to these."""
+        self.nan_rewards.update(other.nan_rewards)
+        self.group_sizes.update(other.group_sizes)
+        for name in ("duplicate_rows", "ragged_blocks", "repeated_groups", "repeated_group_rows", "groups_checked"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+
     def warnings(self) -> list[str]:
         out = [
             f"reward/{channel}: {count} NaN value(s), kept as 'not applicable' (ignored by the baselines)"
@@ -238,8 +251,8 @@ class IngestNotes:
                 f"{column!r} is in {count} of {self.files} files but not in the first one: not read (scan those "
                 "files on their own, or put the column in every file)"
             )
-        for first, copy in self.identical_files:
-            out.append(f"{copy} has the same size and Parquet footer as {first}: the same file given twice?")
+        for first, twin in self.identical_files:
+            out.append(f"{twin} has the same size and Parquet footer as {first}: the same file given twice?")
         singletons = self.group_sizes.get(1, 0)
         if singletons:
             out.append(f"{singletons} group(s) of size 1: they carry no ranking signal (advantage 0)")
@@ -299,7 +312,7 @@ class ParquetRun:
         self.check_rewards_first = check_rewards_first
         self.files = resolve_inputs(paths)
         self._open(
-            [open_parquet(p) for p in self.files],
+            self._reopen(),
             step_col=step_col,
             group_col=group_col,
             reward_cols=reward_cols,
@@ -342,6 +355,8 @@ class ParquetRun:
         self.notes = IngestNotes(files=len(self.files))
         self._note_layout(group_col, group_size)
         self._last_row: dict[int, int] = {}
+        self._rows: tuple[int, int | None] = (0, None)
+        """The rows pass 2 reads, ``[start, end)`` over the files in order (``end`` None: to the last row)."""
         self.num_rows = 0
         self.sorted_steps = True
         """Whether steps never decrease in reading order (then :meth:`iter_chunks` takes its fast path)."""
@@ -369,6 +384,102 @@ class ParquetRun:
     @property
     def steps(self) -> list[int]:
         return sorted(self._last_row)
+
+    def step_labels(self, column: str) -> dict[int, str] | None:
+        """``{step: value}`` of a per-step text column (the ``aggregation`` the trainer used), ``None`` when the
+        run's first file has no such column; a step with several values keeps its first."""
+        if column not in self._handles[0].schema_arrow.names or column in (self.columns.step, self.columns.group):
+            return None
+        labels: dict[int, str] = {}
+        for _, batch in self._range_batches([self.columns.step, column]):
+            pairs = pa.table({"s": batch.column(self.columns.step), "v": pc.cast(batch.column(column), pa.string())})
+            unique = pairs.group_by(["s", "v"], use_threads=False).aggregate([])
+            for step, value in zip(unique.column("s").to_pylist(), unique.column("v").to_pylist(), strict=True):
+                if step is not None and value is not None:
+                    labels.setdefault(int(step), value)
+        return labels
+
+    # --- shards: pass 2 over a range of whole steps, in another process -------------------------------------
+
+    def shards(self, rows: int) -> list[tuple[int, int]]:
+        """Row ranges ``[start, end)`` of about ``rows`` rows that cut only where a step ends, covering the run in
+        order; ``[]`` when the steps are not in ascending order (a step's rows may then be anywhere)."""
+        if not self.sorted_steps:
+            return []
+        ends = np.array(sorted(self._last_row.values()), dtype=np.int64) + 1
+        out, start = [], 0
+        while start < self.num_rows:
+            at = int(np.searchsorted(ends, start + rows))  # the first step end at or past the target
+            end = int(ends[min(at, len(ends) - 1)])
+            out.append((start, end))
+            start = end
+        return out
+
+    def shard(self, start: int, end: int) -> ParquetRun:
+        """This run's pass 2 restricted to rows ``[start, end)`` (from :meth:`shards`), with counts of its own:
+        picklable (files are reopened where it is read), its notes start empty (:meth:`add_notes` merges them)
+        and the checks of the whole run are left to :meth:`finish_shards`."""
+        part = copy.copy(self)
+        part._rows = (start, end)
+        part.notes = IngestNotes(files=self.notes.files)
+        part._whole_run = False
+        return part
+
+    def add_notes(self, notes: IngestNotes) -> None:
+        """Add a shard's counts (NaN rewards, group sizes, duplicates, repeats) to this run's."""
+        self.notes.add_counts(notes)
+
+    def finish_shards(self) -> None:
+        """After every shard of pass 2 was read and its notes added: the checks of the whole run."""
+        if not self.check_rewards_first:
+            self._check_some_reward()
+
+    _whole_run = True
+
+    def _finish_pass(self) -> None:
+        if self._whole_run:
+            self.finish_shards()
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        del state["_handles"]  # open file handles do not travel: the files are reopened where the shard is read
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._handles = self._reopen()
+
+    def _reopen(self) -> list[pq.ParquetFile]:
+        return [open_parquet(p) for p in self.files]
+
+    def _range_batches(self, columns: list[str]) -> Iterator[tuple[Path, pa.RecordBatch]]:
+        """``(file, record batch)`` of ``columns`` over the rows of :attr:`_rows`, in order: files and row groups
+        outside the range are not read, batches at its edges are sliced."""
+        start, end = self._rows
+        whole = start == 0 and end is None
+        offset = 0
+        for path, handle in zip(self.files, self._handles, strict=True):
+            meta = handle.metadata
+            if whole:
+                yield from ((path, b) for b in _iter_batches(handle, path, columns, self._unify))
+                continue
+            assert end is not None
+            if offset >= end or offset + meta.num_rows <= start:
+                offset += meta.num_rows
+                continue
+            group_starts = offset + np.concatenate(
+                [[0], np.cumsum([meta.row_group(g).num_rows for g in range(meta.num_row_groups)])]
+            )
+            groups = np.flatnonzero((group_starts[:-1] < end) & (group_starts[1:] > start)).tolist()
+            offset += meta.num_rows
+            position = int(group_starts[groups[0]])
+            for batch in _iter_batches(handle, path, columns, self._unify, row_groups=groups):
+                lo, hi = max(start - position, 0), min(end - position, batch.num_rows)
+                position += batch.num_rows
+                if hi > lo:
+                    yield path, batch if (lo, hi) == (0, batch.num_rows) else batch.slice(lo, hi - lo)
+                if position >= end:
+                    break
 
     @property
     def ground_truth(self) -> dict[str, Any] | None:
@@ -466,25 +577,23 @@ class ParquetRun:
         cols = self.columns
         read = cols.source_columns
         pending: dict[int, list[tuple[np.ndarray, pa.RecordBatch]]] = {}
-        offset = 0
-        for path, handle in zip(self.files, self._handles, strict=True):
-            for batch in _iter_batches(handle, path, read, self._unify):
-                n = batch.num_rows
-                steps = _step_values(batch.column(cols.step), path, cols.step)
-                order = np.argsort(steps, kind="stable")
-                sorted_steps = steps[order]
-                cuts = np.flatnonzero(np.diff(sorted_steps)) + 1
-                for part in np.split(order, cuts) if n else []:
-                    step = int(steps[part[0]])
-                    contiguous = part[-1] - part[0] + 1 == len(part)
-                    rows = batch.slice(int(part[0]), len(part)) if contiguous else batch.take(pa.array(part))
-                    pending.setdefault(step, []).append((offset + part, rows))
-                offset += n
-                done = sorted(s for s in pending if self._last_row[s] < offset)
-                for step in done:
-                    yield self._assemble(step, pending.pop(step), path)
-        if not self.check_rewards_first:
-            self._check_some_reward()
+        offset = self._rows[0]
+        for path, batch in self._range_batches(read):
+            n = batch.num_rows
+            steps = _step_values(batch.column(cols.step), path, cols.step)
+            order = np.argsort(steps, kind="stable")
+            sorted_steps = steps[order]
+            cuts = np.flatnonzero(np.diff(sorted_steps)) + 1
+            for part in np.split(order, cuts) if n else []:
+                step = int(steps[part[0]])
+                contiguous = part[-1] - part[0] + 1 == len(part)
+                rows = batch.slice(int(part[0]), len(part)) if contiguous else batch.take(pa.array(part))
+                pending.setdefault(step, []).append((offset + part, rows))
+            offset += n
+            done = sorted(s for s in pending if self._last_row[s] < offset)
+            for step in done:
+                yield self._assemble(step, pending.pop(step), path)
+        self._finish_pass()
 
     def iter_chunks(self, max_rows: int) -> Iterator[StackedChunk]:
         """Pass 2 in chunks of whole steps (about ``max_rows`` rows; a larger step stays whole).
@@ -499,31 +608,30 @@ class ParquetRun:
         cols = self.columns
         read = [c for c in cols.source_columns if c != cols.completion_length]
         pending: list[pa.RecordBatch] = []
-        rows = offset = 0
-        for path, handle in zip(self.files, self._handles, strict=True):
-            for batch in _iter_batches(handle, path, read, self._unify):
-                if cols.group is not None and batch.column(cols.group).null_count:
-                    self._null_groups(batch, path)
-                pending.append(batch)
-                rows += batch.num_rows
-                offset += batch.num_rows
-                if rows < max_rows:
-                    continue
-                table = pa.Table.from_batches(pending)
-                steps = _step_values(table.column(cols.step).combine_chunks(), path, cols.step)
-                last_step = int(steps[-1])
-                cut = rows if self._last_row[last_step] < offset else int(np.searchsorted(steps, last_step))
-                if cut == 0:
-                    continue  # one step larger than a chunk: keep reading until it is complete
-                yield self._stack(table.slice(0, cut), steps[:cut], path)
-                rest = table.slice(cut)
-                pending, rows = rest.to_batches(), rest.num_rows
+        rows, offset = 0, self._rows[0]
+        path = self.files[-1]
+        for path, batch in self._range_batches(read):
+            if cols.group is not None and batch.column(cols.group).null_count:
+                self._null_groups(batch, path)
+            pending.append(batch)
+            rows += batch.num_rows
+            offset += batch.num_rows
+            if rows < max_rows:
+                continue
+            table = pa.Table.from_batches(pending)
+            steps = _step_values(table.column(cols.step).combine_chunks(), path, cols.step)
+            last_step = int(steps[-1])
+            cut = rows if self._last_row[last_step] < offset else int(np.searchsorted(steps, last_step))
+            if cut == 0:
+                continue  # one step larger than a chunk: keep reading until it is complete
+            yield self._stack(table.slice(0, cut), steps[:cut], path)
+            rest = table.slice(cut)
+            pending, rows = rest.to_batches(), rest.num_rows
         if rows:
             table = pa.Table.from_batches(pending)
-            steps = _step_values(table.column(cols.step).combine_chunks(), self.files[-1], cols.step)
-            yield self._stack(table, steps, self.files[-1])
-        if not self.check_rewards_first:
-            self._check_some_reward()
+            steps = _step_values(table.column(cols.step).combine_chunks(), path, cols.step)
+            yield self._stack(table, steps, path)
+        self._finish_pass()
 
     def _null_groups(self, batch: pa.RecordBatch, path: Path) -> None:
         cols = self.columns

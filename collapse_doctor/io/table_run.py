@@ -45,14 +45,18 @@ class TableRun(ParquetRun):
         pq.write_table(table, sink)
         self.files = [label]
         self.sources = list(sources)
+        self._buffer = sink.getvalue()
         self._open(
-            [pq.ParquetFile(pa.BufferReader(sink.getvalue()), pre_buffer=False)],
+            self._reopen(),
             step_col=step_col,
             group_col=group_col,
             reward_cols=reward_cols,
             group_size=group_size,
             weights=weights,
         )
+
+    def _reopen(self) -> list[pq.ParquetFile]:
+        return [pq.ParquetFile(pa.BufferReader(self._buffer), pre_buffer=False)]
 
 
 def consecutive_groups(prompts: Sequence[str], group_size: int | None = None) -> list[int]:

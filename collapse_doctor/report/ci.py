@@ -87,12 +87,20 @@ def junit_xml(diagnosis: Diagnosis) -> str:
     return '<?xml version="1.0" encoding="utf-8"?>\n' + ET.tostring(suite, encoding="unicode") + "\n"
 
 
-def junit_runs_xml(diagnoses: Sequence[Diagnosis]) -> str:
-    """Several runs: one ``<testsuite name="collapse-doctor: RUN">`` per run inside ``<testsuites>``."""
+def junit_runs_xml(diagnoses: Sequence[Diagnosis], failures: Sequence[tuple[str, str]] = ()) -> str:
+    """Several runs: one ``<testsuite name="collapse-doctor: RUN">`` per run inside ``<testsuites>``; a run that
+    could not be scanned (``failures``: ``(run, error)``) is a suite with one errored "run scanned" case."""
     root = ET.Element("testsuites", name="collapse-doctor")
     totals = dict.fromkeys(("tests", "failures", "errors", "skipped"), 0)
-    for diagnosis in diagnoses:
-        suite = _suite(diagnosis, f"collapse-doctor: {printable(diagnosis.run.name or '?')}")
+    suites = [_suite(d, f"collapse-doctor: {printable(d.run.name or '?')}") for d in diagnoses]
+    for name, error in failures:
+        suite = ET.Element(
+            "testsuite", name=f"collapse-doctor: {printable(name)}", tests="1", failures="0", errors="1", skipped="0"
+        )
+        case = ET.SubElement(suite, "testcase", classname="collapse-doctor.run", name="run scanned", time="0")
+        ET.SubElement(case, "error", message=printable(error), type="InputError")
+        suites.append(suite)
+    for suite in suites:
         root.append(suite)
         for key in totals:
             totals[key] += int(suite.get(key, "0"))
@@ -244,6 +252,8 @@ def _markdown_findings(diagnosis: Diagnosis, out: list[str]) -> str:
         ]
         for f in diagnosis.findings:
             resolves = {True: "yes", False: "no", None: "-"}[f.gdpo_resolves]
+            if f.gdpo_resolves is not None and diagnosis.counterfactual_of(f) != diagnosis.run.counterfactual_algorithm:
+                resolves += f" ({diagnosis.counterfactual_of(f)})"  # a finding from before a hybrid switch
             onset = "-" if f.onset_step is None else str(f.onset_step)
             out.append(
                 f"| {f.severity.label} | {f.code} | **{_md(f.title)}**: {_md(f.message)} | {onset} | "

@@ -16,6 +16,7 @@ what the series do not hold is gathered here, bounded in memory whatever the run
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -100,6 +101,58 @@ class ReportExtras:
     notes: tuple[str, ...] = field(default_factory=tuple)
 
 
+@dataclass(frozen=True)
+class ChunkSummary:
+    """What the report keeps of one chunk: per-step histograms and the chunk's rows of the logged sample."""
+
+    grpo: np.ndarray
+    """``[S, B]`` counts of the chunk's steps."""
+    gdpo: np.ndarray
+    sample: np.ndarray | None
+    """``[5, k]``: row number in the run, step, logged, GRPO, GDPO of every ``sample_every``-th row (``None``:
+    the run logged no advantages)."""
+    sample_every: int
+    rows: int
+    """Rows of the chunk."""
+
+
+def summarize_chunk(
+    steps: np.ndarray, chunk: ChunkInput, first_row: int, *, limit: float, bins: int, sample_every: int
+) -> ChunkSummary:
+    """Bin a chunk's GRPO and GDPO advantages per step, and take the rows ``r`` (numbered in the run from the
+    chunk's ``first_row``) with ``r % sample_every == 0`` for the logged-vs-recomputed sample."""
+    import torch
+
+    valid = ~torch.isnan(chunk.rewards).all(dim=1)
+    width = 2 * limit / bins
+    counts = []
+    for adv in (chunk.advantages.grpo, chunk.advantages.gdpo):
+        x = torch.nan_to_num(adv.to(torch.float64), nan=0.0).clamp(-limit, limit)
+        bin_index = ((x + limit) / width).floor().to(torch.int64).clamp(0, bins - 1)
+        key = (chunk.step_index * bins + bin_index)[valid]
+        hist = torch.bincount(key, minlength=chunk.num_steps * bins)
+        counts.append(hist.view(chunk.num_steps, bins).cpu().numpy().astype(np.int32))
+    n = chunk.rewards.shape[0]
+    sample = None
+    if chunk.logged is not None:
+        device = chunk.rewards.device
+        rows = torch.arange((-first_row) % sample_every, n, sample_every, device=device)
+        sample = (
+            torch.stack(
+                [
+                    (rows + first_row).double(),
+                    torch.as_tensor(np.asarray(steps), device=device)[chunk.step_index[rows]].double(),
+                    chunk.logged[rows].double(),
+                    chunk.advantages.grpo[rows].double(),
+                    chunk.advantages.gdpo[rows].double(),
+                ]
+            )
+            .cpu()
+            .numpy()
+        )
+    return ChunkSummary(grpo=counts[0], gdpo=counts[1], sample=sample, sample_every=sample_every, rows=n)
+
+
 class ReportCollector:
     """The report's run collector: per-step advantage histograms, a logged-vs-recomputed sample, example groups.
 
@@ -132,28 +185,44 @@ class ReportCollector:
 
     def collect(self, steps: np.ndarray, chunk: ChunkInput) -> None:
         """Bin one chunk's advantages per step (``steps``: the chunk's step numbers) and sample its rows."""
-        import torch
+        every = self._sample_every
+        if chunk.logged is not None:
+            n = chunk.rewards.shape[0]
+            first = (-self._rows_seen) % every
+            while len(self._sample[0]) + len(range(first, n, every)) > MAX_LOGGED_SAMPLE:
+                every *= 2
+                self._sample = self._sample[:, self._sample[0] % every == 0]
+                first = (-self._rows_seen) % every
+        summary = summarize_chunk(steps, chunk, self._rows_seen, limit=self._limit, bins=self._bins, sample_every=every)
+        self.absorb(steps, summary)
 
-        valid = ~torch.isnan(chunk.rewards).all(dim=1)
-        width = 2 * self._limit / self._bins
-        counts = []
-        for adv in (chunk.advantages.grpo, chunk.advantages.gdpo):
-            x = torch.nan_to_num(adv.to(torch.float64), nan=0.0).clamp(-self._limit, self._limit)
-            bin_index = ((x + self._limit) / width).floor().to(torch.int64).clamp(0, self._bins - 1)
-            key = (chunk.step_index * self._bins + bin_index)[valid]
-            hist = torch.bincount(key, minlength=chunk.num_steps * self._bins)
-            counts.append(hist.view(chunk.num_steps, self._bins).cpu().numpy().astype(np.int32))
+    def summarizer(self, num_rows: int) -> functools.partial[ChunkSummary]:
+        """What :meth:`collect` computes of a chunk, as a picklable function of ``(steps, chunk, first_row)``
+        for a worker that reads one shard of a run of ``num_rows`` rows (in order): :meth:`absorb` takes its
+        result. The sample keeps every k-th row with the k that reading all ``num_rows`` rows ends with, so the
+        collected parts equal those of :meth:`collect` on every chunk."""
+        every = 1
+        while -(-num_rows // every) > MAX_LOGGED_SAMPLE:
+            every *= 2
+        return functools.partial(summarize_chunk, limit=self._limit, bins=self._bins, sample_every=every)
+
+    def absorb(self, steps: np.ndarray, summary: ChunkSummary) -> None:
+        """Keep a chunk's histograms (thinned by arrival) and its sampled rows."""
         for k, step in enumerate(np.asarray(steps).tolist()):
             if self._seen % self._keep_every == 0:
                 self._arrival.append(self._seen)
                 self._steps.append(int(step))
-                self._grpo.append(counts[0][k])
-                self._gdpo.append(counts[1][k])
+                self._grpo.append(summary.grpo[k])
+                self._gdpo.append(summary.gdpo[k])
             self._seen += 1
         if len(self._steps) > MAX_HISTOGRAM_STEPS:
             self._thin()
-        if chunk.logged is not None:
-            self._add_sample(np.asarray(steps), chunk)
+        if summary.sample is not None:
+            if summary.sample_every > self._sample_every:
+                self._sample_every = summary.sample_every
+                self._sample = self._sample[:, self._sample[0] % self._sample_every == 0]
+            self._rows_seen += summary.rows
+            self._sample = np.concatenate([self._sample, summary.sample], axis=1)
 
     def _thin(self) -> None:
         """Keep every other stored step (by arrival), and from now on every ``2 * keep_every``-th."""
@@ -163,36 +232,6 @@ class ReportCollector:
         self._steps = [self._steps[i] for i in keep]
         self._grpo = [self._grpo[i] for i in keep]
         self._gdpo = [self._gdpo[i] for i in keep]
-
-    def _add_sample(self, steps: np.ndarray, chunk: ChunkInput) -> None:
-        """Keep every k-th row of the run (k doubling as needed), so the sample stays even and bounded."""
-        import torch
-
-        assert chunk.logged is not None
-        n = chunk.rewards.shape[0]
-        start = self._rows_seen
-        self._rows_seen += n
-
-        def first_row(every: int) -> int:
-            return (-start) % every
-
-        while len(self._sample[0]) + len(range(first_row(self._sample_every), n, self._sample_every)) > (
-            MAX_LOGGED_SAMPLE
-        ):
-            self._sample_every *= 2
-            self._sample = self._sample[:, self._sample[0] % self._sample_every == 0]
-        device = chunk.rewards.device
-        rows = torch.arange(first_row(self._sample_every), n, self._sample_every, device=device)
-        part = torch.stack(
-            [
-                (rows + start).double(),
-                torch.as_tensor(steps, device=device)[chunk.step_index[rows]].double(),
-                chunk.logged[rows].double(),
-                chunk.advantages.grpo[rows].double(),
-                chunk.advantages.gdpo[rows].double(),
-            ]
-        )
-        self._sample = np.concatenate([self._sample, part.cpu().numpy()], axis=1)
 
     def histograms(self) -> AdvantageHistograms | None:
         if not self._steps:

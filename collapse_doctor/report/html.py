@@ -271,7 +271,7 @@ def _overview(diagnosis: Diagnosis) -> str:
     rows += [("warning", f"<span style='color:var(--warning)'>{esc(w)}</span>") for w in run.warnings]
     run_table = "".join(f"<tr><th>{k}</th><td>{v}</td></tr>" for k, v in rows)
     channel_table = _channel_table(diagnosis)
-    findings = "".join(_finding(f, diagnosis.run.counterfactual_algorithm) for f in diagnosis.findings) or (
+    findings = "".join(_finding(f, diagnosis.counterfactual_of(f)) for f in diagnosis.findings) or (
         '<p class="muted">No findings: no selected detector could judge this run (see below).</p>'
         if diagnosis.verdict == "inconclusive"
         else '<p class="muted">No findings: no detector found a sustained problem.</p>'

@@ -121,29 +121,41 @@ def _refuse_shared_paths(request: OutputRequest) -> None:
     refuse_shared_paths(request.files().items())
 
 
-def runs_dict(diagnoses: Sequence[Diagnosis], *, include_series: bool = True) -> dict[str, Any]:
-    """``{"format_version", "verdict" (worst), "fail_on", "exit_code" (max), "runs": [diagnosis, ...]}``."""
-    return {
+Failure = tuple[str, str]
+"""A run of several that could not be scanned: ``(run name, one-line error)``."""
+EXIT_ERROR = 2
+
+
+def runs_dict(
+    diagnoses: Sequence[Diagnosis], *, include_series: bool = True, failures: Sequence[Failure] = ()
+) -> dict[str, Any]:
+    """``{"format_version", "verdict" (worst), "fail_on", "exit_code" (max), "runs": [diagnosis, ...]}``, and
+    ``"failed_runs": [{"run", "error"}, ...]`` when some runs could not be scanned (exit code 2)."""
+    out = {
         "format_version": JSON_FORMAT_VERSION,
         "verdict": worst_verdict(d.verdict for d in diagnoses),
         "fail_on": diagnoses[0].config.fail_on,
-        "exit_code": exit_code(diagnoses),
+        "exit_code": exit_code(diagnoses, failures),
         "runs": [d.to_dict(include_series=include_series) for d in diagnoses],
     }
+    if failures:
+        out["failed_runs"] = [{"run": name, "error": error} for name, error in failures]
+    return out
 
 
-def runs_json(diagnoses: Sequence[Diagnosis], *, indent: int | None = 2) -> str:
-    return json.dumps(runs_dict(diagnoses), indent=indent, allow_nan=False)
+def runs_json(diagnoses: Sequence[Diagnosis], *, indent: int | None = 2, failures: Sequence[Failure] = ()) -> str:
+    return json.dumps(runs_dict(diagnoses, failures=failures), indent=indent, allow_nan=False)
 
 
-def exit_code(diagnoses: Sequence[Diagnosis]) -> int:
-    """The exit code of a scan: the worst of its runs' (1 when one has a finding at or above its fail-on)."""
-    return max((d.exit_code() for d in diagnoses), default=0)
+def exit_code(diagnoses: Sequence[Diagnosis], failures: Sequence[Failure] = ()) -> int:
+    """The exit code of a scan: the worst of its runs' (1 when one has a finding at or above its fail-on), 2 when
+    a run could not be scanned."""
+    return EXIT_ERROR if failures else max((d.exit_code() for d in diagnoses), default=0)
 
 
-def json_text(diagnoses: Sequence[Diagnosis]) -> str:
+def json_text(diagnoses: Sequence[Diagnosis], failures: Sequence[Failure] = ()) -> str:
     """One run's diagnosis, or the ``runs`` document of several (:func:`runs_dict`)."""
-    return diagnoses[0].to_json() if len(diagnoses) == 1 else runs_json(diagnoses)
+    return diagnoses[0].to_json() if len(diagnoses) == 1 and not failures else runs_json(diagnoses, failures=failures)
 
 
 def markdown_text(diagnoses: Sequence[Diagnosis]) -> str:
@@ -175,8 +187,17 @@ def written_files(request: OutputRequest, results: Sequence[ScanResult]) -> list
     return out
 
 
-def write_outputs(results: Sequence[ScanResult], request: OutputRequest, *, stdout: IO[str] | None) -> int:
+def write_outputs(
+    results: Sequence[ScanResult],
+    request: OutputRequest,
+    *,
+    stdout: IO[str] | None,
+    failures: Sequence[Failure] = (),
+) -> int:
     """Write every file of ``request`` and render its stdout format on ``stdout``; returns the exit code.
+
+    ``failures``: runs of the same scan that could not be scanned; the outputs are those of several runs, they
+    name each failure (JSON ``failed_runs``, a JUnit error, a summary row) and the exit code is 2.
 
     ``stdout=None`` renders nothing (``collapse-doctor report`` prints its own line). Files come first, in the
     order of :data:`FILE_OUTPUTS`; nothing is written when several runs meet an output that describes one.
@@ -186,16 +207,15 @@ def write_outputs(results: Sequence[ScanResult], request: OutputRequest, *, stdo
     if not results:
         raise ValueError("write_outputs needs the result of at least one run")
     diagnoses = [r.diagnosis for r in results]
+    several = len(diagnoses) + len(failures) > 1
     _refuse_shared_paths(request)
     inputs = _inputs(results)
     if request.json is not None:
-        _write_text(request.json, json_text(diagnoses) + "\n", inputs)
+        _write_text(request.json, json_text(diagnoses, failures) + "\n", inputs)
     if request.junit is not None:
         from collapse_doctor.report.ci import junit_runs_xml, junit_xml
 
-        _write_text(
-            request.junit, junit_xml(diagnoses[0]) if len(diagnoses) == 1 else junit_runs_xml(diagnoses), inputs
-        )
+        _write_text(request.junit, junit_runs_xml(diagnoses, failures) if several else junit_xml(diagnoses[0]), inputs)
     if request.markdown is not None:
         _write_text(request.markdown, markdown_text(diagnoses), inputs)
     if request.html is not None:
@@ -215,8 +235,8 @@ def write_outputs(results: Sequence[ScanResult], request: OutputRequest, *, stdo
                 write_report(page, result.diagnosis, extras(result), inputs=inputs)
             _write_text(request.html, build_index(diagnoses, pages), inputs)
     if stdout is not None:
-        _render_stdout(diagnoses, request, stdout)
-    return exit_code(diagnoses)
+        _render_stdout(diagnoses, request, stdout, failures)
+    return exit_code(diagnoses, failures)
 
 
 def _inputs(results: Sequence[ScanResult]) -> list[Path]:
@@ -238,9 +258,11 @@ def _write_text(path: Path, text: str, inputs: Sequence[Path]) -> None:
         tmp.write_text(text, encoding="utf-8", errors="backslashreplace")  # undecodable file names stay visible
 
 
-def _render_stdout(diagnoses: Sequence[Diagnosis], request: OutputRequest, stdout: IO[str]) -> None:
+def _render_stdout(
+    diagnoses: Sequence[Diagnosis], request: OutputRequest, stdout: IO[str], failures: Sequence[Failure]
+) -> None:
     if request.format == "json":
-        stdout.write(json_text(diagnoses) + "\n")
+        stdout.write(json_text(diagnoses, failures) + "\n")
     elif request.format == "github":
         from collapse_doctor.report.ci import github_annotations
 
@@ -253,10 +275,10 @@ def _render_stdout(diagnoses: Sequence[Diagnosis], request: OutputRequest, stdou
 
         isatty = getattr(stdout, "isatty", None)
         plain = request.color is False or not (callable(isatty) and isatty())
-        if len(diagnoses) > 1:
+        if len(diagnoses) + len(failures) > 1:
             from collapse_doctor.report.text import render_summary
 
-            render_summary(diagnoses, stdout, color=False if plain else None)
+            render_summary(diagnoses, stdout, color=False if plain else None, failures=failures)
             if request.summary_only:
                 stdout.flush()
                 return

@@ -138,8 +138,15 @@ def console_for(file: IO[str] | None, color: bool | None) -> Console:
     )
 
 
-def render_summary(diagnoses: Sequence[Diagnosis], file: IO[str] | None = None, *, color: bool | None = None) -> None:
-    """One line per run (a sweep): run, verdict, signal budget, worst finding and its onset; worst runs first."""
+def render_summary(
+    diagnoses: Sequence[Diagnosis],
+    file: IO[str] | None = None,
+    *,
+    color: bool | None = None,
+    failures: Sequence[tuple[str, str]] = (),
+) -> None:
+    """One line per run (a sweep): run, verdict, signal budget, worst finding and its onset; worst runs first, after
+    the runs that could not be scanned (``failures``: ``(run, error)``)."""
     console = console_for(file, color)
     order = sorted(
         range(len(diagnoses)),
@@ -147,10 +154,15 @@ def render_summary(diagnoses: Sequence[Diagnosis], file: IO[str] | None = None, 
     )
     worst = VERDICTS[worst_verdict(d.verdict for d in diagnoses)]
     failing = sum(1 for d in diagnoses if d.exit_code())
-    console.print(Text(f"{len(diagnoses)} runs: worst {worst}, {failing} failing the gate", style="bold"))
+    head = f"{len(diagnoses) + len(failures)} runs: worst {worst}, {failing} failing the gate"
+    if failures:
+        head += f", {len(failures)} not scanned (error)"
+    console.print(Text(head, style="bold"))
     table = _table()
     for column in ("run", "verdict", "no gradient", "worst finding", "onset"):
         table.add_column(column, justify="right" if column in ("no gradient", "onset") else "left")
+    for name, error in failures:
+        table.add_row(Text(printable(name)), Text("ERROR", style="bold red"), "-", Text(printable(error)), "-")
     for i in order:
         d = diagnoses[i]
         top = d.findings[0] if d.findings else None
@@ -279,7 +291,7 @@ def _findings(console: Console, diagnosis: Diagnosis, *, json_written: bool) -> 
             console.print(_indented(console, f"remedy: {printable(finding.remedy)}", style="green"))
         if finding.gdpo_resolves is not None:
             answer = "yes" if finding.gdpo_resolves else "no"
-            console.print(_indented(console, f"{diagnosis.run.counterfactual_algorithm} would resolve it: {answer}"))
+            console.print(_indented(console, f"{diagnosis.counterfactual_of(finding)} would resolve it: {answer}"))
     if not json_written and any(FROM_SCAN in (f.remedy or "") for f in diagnosis.findings):
         console.print(
             _indented(console, f"(`{FROM_SCAN}` reads this scan's JSON: add `--json scan.json` to this scan)"),

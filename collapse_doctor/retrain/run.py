@@ -238,10 +238,10 @@ def run_retrain(options: RetrainOptions, *, final_scan: bool = True) -> RetrainR
         from collapse_doctor.options import ScanOptions
         from collapse_doctor.pipeline import diagnose
 
-        result.diagnosis = diagnose(
-            [result.rollouts_dir],
-            ScanOptions(fail_on=options.fail_on or "never", algo="grpo" if plan.algo == "grpo" else "gdpo"),
-        )
+        # A recipe schedule writes the aggregation of each step into the rollouts (a hybrid switch: two phases,
+        # each judged under its own), so the scan reads it there; otherwise the run had one aggregation.
+        algo = "auto" if plan.schedule is not None else ("grpo" if plan.algo == "grpo" else "gdpo")
+        result.diagnosis = diagnose([result.rollouts_dir], ScanOptions(fail_on=options.fail_on or "never", algo=algo))
     result.seconds = time.perf_counter() - started
     return result
 

@@ -67,9 +67,10 @@ def test_several_runs_in_every_format_that_holds_them(logs: Path, tmp_path: Path
 
 # -- options declared once ---------------------------------------------------------------------------------
 GROUPS = {
-    "advantages": {cli.INPUT},
-    "scan": {cli.INPUT, cli.VERDICT, cli.DETECTORS, cli.RUNS},
-    "report": {cli.INPUT, cli.VERDICT, cli.DETECTORS, cli.RUNS},
+    "advantages": {cli.INPUT, cli.SCALE},
+    "scan": {cli.INPUT, cli.VERDICT, cli.DETECTORS, cli.RUNS, cli.SCALE},
+    "report": {cli.INPUT, cli.VERDICT, cli.DETECTORS, cli.RUNS, cli.SCALE},
+    "compare": {cli.INPUT, cli.VERDICT, cli.DETECTORS, cli.SCALE},
     "watch": {cli.INPUT, cli.DETECTORS, cli.RUNS},
 }
 

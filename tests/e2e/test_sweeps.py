@@ -75,3 +75,41 @@ def test_json_and_junit_cover_every_run(sweep: Path, tmp_path: Path) -> None:
     assert data["verdict"] == "collapsed" and data["exit_code"] == 1 and len(data["runs"]) == 3
     assert (tmp_path / "j.xml").read_text().count("<testsuite ") == 3
     assert "wrote " in result.stderr and "JSON of 3 runs" in result.stderr
+
+
+def test_a_run_that_cannot_be_read_does_not_lose_the_others(sweep: Path, tmp_path: Path) -> None:
+    """A corrupt run among three readable ones: each readable run is diagnosed as alone, the broken one is named
+    in every output (summary row, JSON ``failed_runs``, a JUnit error) and the exit code is 2, the code of bad
+    input, whatever the other verdicts."""
+    import jsonschema
+
+    from tests.unit.report.test_outputs import SCHEMA
+
+    (sweep / "zz-broken").mkdir()
+    (sweep / "zz-broken" / "rollouts.parquet").write_bytes(b"PAR1" + b"\0" * 32 + b"PAR1")
+    out, junit = tmp_path / "sweep.json", tmp_path / "sweep.xml"
+    result = runner.invoke(app, ["scan", str(sweep), "--json", str(out), "--junit", str(junit)])
+    assert result.exit_code == 2
+    assert result.stdout.splitlines()[0] == "4 runs: worst COLLAPSED, 1 failing the gate, 1 not scanned (error)"
+    assert "zz-broken" in result.stdout.splitlines()[3] and "ERROR" in result.stdout.splitlines()[3]
+    error_lines = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert len(error_lines) == 1 and error_lines[0].startswith("error: run zz-broken: ")
+    assert "zz-broken/rollouts.parquet" in error_lines[0]
+    document = json.loads(out.read_text())
+    jsonschema.validate(document, SCHEMA)
+    assert document["exit_code"] == 2 and [f["run"] for f in document["failed_runs"]] == ["zz-broken"]
+    assert sorted(r["run"]["name"] for r in document["runs"]) == ["lr-1e-5", "lr-1e-6", "lr-3e-6"]
+    alone = runner.invoke(app, ["scan", str(sweep / "lr-1e-5"), "--format", "json"])
+    ours = next(r for r in document["runs"] if r["run"]["name"] == "lr-1e-5")
+    assert ours["findings"] == json.loads(alone.stdout)["findings"]
+    xml = junit.read_text()
+    assert 'name="collapse-doctor: zz-broken"' in xml and 'errors="1"' in xml and "<error " in xml
+
+
+def test_every_run_failing_is_one_error(tmp_path: Path) -> None:
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "rollouts.parquet").write_bytes(b"PAR1" + b"\0" * 32 + b"PAR1")
+    result = runner.invoke(app, ["scan", str(tmp_path)])
+    assert result.exit_code == 2 and result.stdout == ""
+    assert result.stderr.startswith("error: 2 of 2 runs could not be scanned: a: ")

@@ -35,6 +35,7 @@ ENGINE = {
     "batching",
     "workers",
     "parallel",
+    "cluster",
     "memory",
     "reduce",
     "algorithm",

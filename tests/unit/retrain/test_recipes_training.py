@@ -166,3 +166,16 @@ def test_the_switch_points_reach_tensorboard_scan_and_the_checkpoint(
     assert diagnosis.run.dynamic_weight_channels == CHANNELS, "the per-step weights (0 before a start) are seen"
     state = json.loads((result.output_dir / "checkpoint-3" / "collapse_doctor_schedule.json").read_text())
     assert state["channels"] == list(CHANNELS) and len(state["ema"]) == 3
+
+
+def test_the_final_scan_judges_each_phase_under_its_own_aggregation(
+    recipe_run: tuple[RetrainResult, list[torch.Tensor]],
+) -> None:
+    """The rollouts' ``aggregation`` column records the switch at step 2: the scan of the output sees two phases
+    (GRPO on steps 0-1, then gdpo-dynamic, judged as GDPO), not one aggregation for the whole run."""
+    from collapse_doctor.result import Phase
+
+    result, _ = recipe_run
+    assert result.diagnosis is not None
+    assert result.diagnosis.run.phases == (Phase(0, 1, "grpo"), Phase(2, RESUMED - 1, "gdpo"))
+    assert result.diagnosis.run.algorithm == "gdpo"

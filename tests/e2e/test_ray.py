@@ -1,0 +1,234 @@
+"""``--ray``: the same results as a local scan, from shards of one run or one run per task of a sweep.
+
+A local Ray instance with 2 CPUs is started once for this module (the commands reuse an instance the process
+already started). What a correct result is follows from the design, not from the tool's output: the shards
+end where steps end and every statistic is per step, so the per-step series, the findings and every number
+built on them are the local scan's, bit for bit (only ``seconds``, the wall time, differs); the exported
+advantages are the same rows in the same order; a failed run is named and the other runs' results stay.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from typer.testing import CliRunner
+
+from collapse_doctor import reduce
+from collapse_doctor.cli import app, main
+from collapse_doctor.cluster import normalise_ray_flag
+from tests.helpers.runs import _trl_advantage, dominant_run, simulated
+from tests.helpers.tables import make_table
+
+ray = pytest.importorskip("ray", reason="the ray extra is not installed (pip install 'collapse-doctor[ray]')")
+pytestmark = pytest.mark.xdist_group("ray")
+runner = CliRunner()
+
+
+def invoke(args: list[str]) -> Any:
+    """The CLI as its entry point reads the arguments (a bare ``--ray`` is ``--ray=local`` there)."""
+    return runner.invoke(app, normalise_ray_flag(args))
+
+
+@pytest.fixture(scope="module", autouse=True)
+def local_ray() -> Any:
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, object_store_memory=200 * 1024 * 1024)
+    yield
+    ray.shutdown()
+
+
+@pytest.fixture(autouse=True)
+def small_shards(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Shards of a few thousand rows, so that the small runs here are cut into several."""
+    monkeypatch.setattr(reduce, "MIN_SHARD_ROWS", 1500)
+
+
+def assert_same(local: Any, on_ray: Any, where: str = "") -> None:
+    """Equal, numbers within 1e-6 (relative and absolute): a statistic of a step is computed over the same rows,
+    but torch may sum a longer chunk's tensors in another order; everything else (codes, severities, onsets,
+    counts, texts) is equal exactly."""
+    if isinstance(local, dict) and isinstance(on_ray, dict):
+        assert local.keys() == on_ray.keys(), where
+        for key in local:
+            assert_same(local[key], on_ray[key], f"{where}.{key}")
+    elif isinstance(local, list) and isinstance(on_ray, list):
+        assert len(local) == len(on_ray), where
+        for i, (a, b) in enumerate(zip(local, on_ray, strict=True)):
+            assert_same(a, b, f"{where}[{i}]")
+    elif isinstance(local, float) and isinstance(on_ray, float):
+        assert on_ray == pytest.approx(local, rel=1e-6, abs=1e-6), where
+    else:
+        assert local == on_ray and type(local) is type(on_ray), where
+
+
+def _without_time(document: dict[str, Any]) -> dict[str, Any]:
+    document = json.loads(json.dumps(document))
+    for run in document.get("runs", [document]):
+        run.pop("seconds", None)
+    return document
+
+
+def _scan_json(args: list[str], tmp_path: Path, name: str) -> tuple[int, dict[str, Any]]:
+    out = tmp_path / f"{name}.json"
+    result = invoke(["scan", *args, "--json", str(out)])
+    assert result.exit_code in (0, 1, 2), result.output
+    return result.exit_code, _without_time(json.loads(out.read_text()))
+
+
+def _multi_file_run(tmp_path: Path) -> Path:
+    """A run with findings (a binary format channel decides the advantages over a narrow score) and the
+    advantages TRL logged, in three part files whose row groups (700 rows) do not line up with the steps (128
+    rows each), so shards start and end inside row groups."""
+    table = pq.read_table(dominant_run(tmp_path / "whole.parquet"))
+    total = (table.column("reward/format").to_numpy() + table.column("reward/correct").to_numpy()).astype(np.float32)
+    table = table.append_column("advantage", pa.array(_trl_advantage(total, 8)))
+    (tmp_path / "whole.parquet").unlink()
+    root = tmp_path / "parts"
+    root.mkdir()
+    cuts = [0, 40 * 128, 86 * 128, table.num_rows]
+    for k, (a, b) in enumerate(itertools.pairwise(cuts)):
+        pq.write_table(table.slice(a, b - a), root / f"part-{k}.parquet", row_group_size=700)
+    return root
+
+
+def test_scan_of_shards_equals_the_local_scan(tmp_path: Path) -> None:
+    run = _multi_file_run(tmp_path)
+    code, local = _scan_json([str(run)], tmp_path, "local")
+    assert local["findings"], "the run is meant to have findings"
+    from collapse_doctor.io.parquet import ParquetRun
+
+    assert len(reduce.shard_ranges(ParquetRun(sorted(run.glob("*.parquet"))), 2)) >= 4  # cut into several
+    code_ray, on_ray = _scan_json([str(run), "--ray"], tmp_path, "ray")
+    assert code_ray == code
+    assert_same(local, on_ray)
+    assert on_ray["findings"] == local["findings"]  # codes, severities, onsets and evidence exactly
+
+
+def test_report_collects_the_same_histograms_and_sample(tmp_path: Path) -> None:
+    from collapse_doctor.options import ScanOptions
+    from collapse_doctor.pipeline import ScanHooks, plan_scan, run_scan
+    from collapse_doctor.report.collect import ReportCollector
+
+    run = _multi_file_run(tmp_path)
+    extras = []
+    for ray_address in (None, "local"):
+        plan = plan_scan([run], ScanOptions.of(ray=ray_address))
+        extras.append(run_scan(plan, ScanHooks(collector=ReportCollector))[0].extra)
+    local, on_ray = extras
+    assert local.histograms is not None and local.logged_sample is not None
+    for name in ("steps", "grpo", "gdpo"):
+        assert np.array_equal(getattr(local.histograms, name), getattr(on_ray.histograms, name))
+    for name in ("steps", "logged", "grpo", "gdpo"):
+        assert np.array_equal(getattr(local.logged_sample, name), getattr(on_ray.logged_sample, name))
+    assert [g.step for g in local.examples] == [g.step for g in on_ray.examples]
+    out = tmp_path / "report.html"
+    result = invoke(["report", str(run), "--html", str(out), "--ray"])
+    assert result.exit_code in (0, 1), result.output
+    assert out.stat().st_size > 10_000
+
+
+def test_advantages_on_ray_writes_the_same_file(tmp_path: Path) -> None:
+    run = _multi_file_run(tmp_path)
+    outputs = []
+    for name, extra in (("local", []), ("ray", ["--ray"])):
+        out = tmp_path / f"{name}.parquet"
+        result = invoke(["advantages", str(run), "-o", str(out), *extra])
+        assert result.exit_code == 0, result.output
+        outputs.append(pq.read_table(out))
+    assert outputs[0].num_rows == 120 * 16 * 8
+    assert outputs[0].equals(outputs[1]) and outputs[0].schema.metadata == outputs[1].schema.metadata
+
+
+def _sweep(tmp_path: Path, broken: bool) -> Path:
+    root = tmp_path / "sweep"
+    for name, scenario in (("a-healthy", "healthy"), ("b-saturating", "saturating-format"), ("c-healthy", "healthy")):
+        (root / name).mkdir(parents=True)
+        simulated(root / name / "rollouts.parquet", scenario, steps=40, seed=len(name))
+    if broken:
+        (root / "d-broken").mkdir()
+        (root / "d-broken" / "rollouts.parquet").write_bytes(b"PAR1" + b"\0" * 64 + b"PAR1")
+    return root
+
+
+def test_sweep_one_run_per_task_equals_local(tmp_path: Path) -> None:
+    root = _sweep(tmp_path, broken=False)
+    assert_same(_scan_json([str(root)], tmp_path, "local"), _scan_json([str(root), "--ray"], tmp_path, "ray"))
+
+
+def test_a_failed_run_is_named_and_the_others_stay(tmp_path: Path) -> None:
+    root = _sweep(tmp_path, broken=True)
+    for extra in ([], ["--ray"]):
+        out = tmp_path / "sweep.json"
+        result = invoke(["scan", str(root), "--json", str(out), *extra])
+        assert result.exit_code == 2, result.output
+        assert "error: run d-broken:" in result.stderr and "rollouts.parquet" in result.stderr
+        assert result.stdout.startswith("4 runs: worst") and "not scanned (error)" in result.stdout.splitlines()[0]
+        document = json.loads(out.read_text())
+        assert [r["run"]["name"] for r in document["runs"]] == ["a-healthy", "b-saturating", "c-healthy"]
+        assert document["exit_code"] == 2
+        assert [f["run"] for f in document["failed_runs"]] == ["d-broken"]
+        assert "rollouts.parquet" in document["failed_runs"][0]["error"]
+
+
+def test_compare_on_ray_equals_local(tmp_path: Path) -> None:
+    a = simulated(tmp_path / "a.parquet", "healthy", steps=40)
+    b = simulated(tmp_path / "b.parquet", "saturating-format", steps=40)
+    documents = []
+    for extra in ([], ["--ray"]):
+        result = invoke(["compare", str(a), str(b), "--format", "json", *extra])
+        assert result.exit_code == 0, result.output
+        documents.append(_without_time(json.loads(result.stdout)))
+    assert_same(documents[0], documents[1])
+
+
+def test_bare_ray_flag_before_a_path(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``--ray`` takes an optional address: the path after it stays the path (through the real entry point)."""
+    path = tmp_path / "run.parquet"
+    pq.write_table(make_table(steps=12, groups=8), path)
+    with pytest.raises(SystemExit) as done:
+        main(["scan", "--ray", str(path), "--format", "json"])
+    assert done.value.code == 0
+    assert json.loads(capsys.readouterr().out)["verdict"] == "healthy"
+
+
+def test_unsorted_steps_are_reduced_here(tmp_path: Path) -> None:
+    """Steps out of order cannot be cut into shards of whole steps: the run is reduced locally, same result."""
+    table = make_table(steps=30, groups=8, text=False)
+    order = np.argsort(-table.column("step").to_numpy(), kind="stable")
+    path = tmp_path / "reversed.parquet"
+    pq.write_table(table.take(pa.array(order)), path)
+    assert _scan_json([str(path)], tmp_path, "local") == _scan_json([str(path), "--ray"], tmp_path, "ray")
+
+
+def _dies(_: int) -> int:
+    os._exit(1)
+
+
+def test_a_task_that_dies_is_an_error_naming_its_input() -> None:
+    from collapse_doctor.cluster import ray_session
+    from collapse_doctor.errors import InputError
+
+    with ray_session("local") as executor, pytest.raises(InputError, match=r"^shard-7: the Ray task reading it"):
+        list(executor.map(_dies, [7], lambda item: f"shard-{item}"))
+
+
+def test_bad_addresses_and_options_are_one_line(tmp_path: Path) -> None:
+    path = tmp_path / "run.parquet"
+    pq.write_table(make_table(steps=12, groups=8), path)
+    result = invoke(["scan", str(path), "--ray", "local", "--device", "cuda"])
+    assert result.exit_code == 2 and "--ray computes on the workers' CPUs" in result.stderr
+
+
+def test_unreachable_address_fails_fast() -> None:
+    from collapse_doctor.cluster import _check_reachable
+    from collapse_doctor.errors import InputError
+
+    with pytest.raises(InputError, match=r"--ray 127.0.0.1:1: cannot connect to a Ray cluster"):
+        _check_reachable("127.0.0.1:1")
