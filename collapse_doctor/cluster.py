@@ -33,7 +33,7 @@ R = TypeVar("R")
 
 LOCAL = "local"
 """``--ray`` with no address: start a Ray instance on this machine (or use the one this process started)."""
-_ADDRESS = re.compile(r"^(auto|local|ray://\S+|[\w.\-]+:\d+)$")
+_ADDRESS = re.compile(r"^(auto|local|ray://\S+|[\w.\-]+:\d+|\[[0-9A-Fa-f:.]+\]:\d+)$")
 
 IN_FLIGHT_PER_WORKER = 2
 """Tasks submitted ahead per worker: enough to keep every worker busy, few enough to bound the results held."""
@@ -113,8 +113,8 @@ def ray_session(address: str) -> Iterator[RayExecutor]:
         }
         _check_reachable(address)
         try:
-            if address == LOCAL:
-                ray.init(num_cpus=available_cores(), **settings)
+            if address == LOCAL:  # a new instance, even where RAY_ADDRESS or `ray start` names a cluster
+                ray.init(address="local", num_cpus=available_cores(), **settings)
             else:
                 with _native_stderr_muted():  # Ray's C++ client logs each failed attempt to reach the cluster
                     ray.init(address=address, **settings)
@@ -138,8 +138,9 @@ def ray_session(address: str) -> Iterator[RayExecutor]:
 
 @contextmanager
 def _native_stderr_muted() -> Iterator[None]:
-    """File descriptor 2 goes to /dev/null for the block (what native code writes there; Python's own
-    ``sys.stderr`` is flushed first and keeps working)."""
+    """File descriptor 2 goes to /dev/null for the block: what Ray's native client writes there while it
+    retries, and any Python warning Ray prints meanwhile (``sys.stderr`` is flushed first; an error is raised and
+    reported after the block)."""
     import sys
 
     sys.stderr.flush()

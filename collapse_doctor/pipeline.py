@@ -66,6 +66,7 @@ __all__ = [
     "detect",
     "diagnose",
     "diagnose_runs",
+    "is_history",
     "plan_scan",
     "resolve_config",
     "results_or_raise",
@@ -182,8 +183,10 @@ def detect(
         summary = with_signal(summary, series)
         ctx = DetectionContext(run=summary, series=series, config=config, scalars=scalars)
         findings, skipped = run_detectors(ctx, codes)
+    judged = any(code not in skipped for code in codes)
+    current = [f for f in findings if not is_history(f)]  # an earlier phase's findings do not judge the run now
     return Diagnosis(
-        verdict=verdict_of(findings, judged=any(code not in skipped for code in codes)),
+        verdict=verdict_of(current, judged=judged),
         findings=tuple(findings),
         run=summary,
         series=series,
@@ -207,30 +210,43 @@ def _detect_by_phase(
     """
     findings: list[Finding] = []
     skipped: dict[str, str] = {}
-    last = len(summary.phases) - 1
-    for index, phase in enumerate(summary.phases):
-        part = series.between(phase.first_step, phase.last_step)
+    phases = summary.phases
+    last = len(phases) - 1
+    for index, phase in enumerate(phases):
+        # A phase runs until the next one starts; the first from the run's start, the last to its end (steps
+        # without a label, scalar points logged after the last rollout step).
+        first = phase.first_step if index else np.iinfo(np.int64).min
+        end = phases[index + 1].first_step - 1 if index < last else np.iinfo(np.int64).max
+        part = series.between(first, end)
         run = with_signal(
             replace(
                 summary,
                 algorithm=phase.algorithm,
                 steps=part.num_steps,
-                first_step=phase.first_step,
-                last_step=phase.last_step,
+                first_step=int(part.steps[0]) if part.num_steps else phase.first_step,
+                last_step=int(part.steps[-1]) if part.num_steps else phase.last_step,
+                # per-step weights only matter where they adapt (gdpo-dynamic): a GRPO phase used them fixed
+                dynamic_weight_channels=summary.dynamic_weight_channels if phase.algorithm == "gdpo" else (),
             ),
             part,
         )
-        part_scalars = scalars.between(phase.first_step, phase.last_step) if scalars is not None else None
+        part_scalars = scalars.between(first, end) if scalars is not None else None
         ctx = DetectionContext(run=run, series=part, config=config, scalars=part_scalars)
         found, phase_skipped = run_detectors(ctx, codes)
         if index == last:
             findings = found + findings
-            skipped = phase_skipped
+            where = f"{phase.algorithm.upper()} phase since step {phase.first_step}"
+            skipped = {code: f"{where}: {reason}" for code, reason in phase_skipped.items()}
             summary = replace(summary, signal=run.signal)
         else:
             findings += [_before_switch(f, phase, summary.phases[index + 1]) for f in found]
     findings.sort(key=lambda f: -f.severity)  # stable: the last phase's first among equals
     return summary, findings, skipped
+
+
+def is_history(finding: Finding) -> bool:
+    """Whether a finding is from an earlier phase of a run that switched aggregation (reported, not acted on)."""
+    return "judged_under" in finding.evidence and finding.severity != Severity.ERROR
 
 
 def _before_switch(finding: Finding, phase: Phase, after: Phase) -> Finding:
@@ -252,7 +268,12 @@ def _before_switch(finding: Finding, phase: Phase, after: Phase) -> Finding:
 def _with_finding_states(rows: tuple[dict[str, Any], ...], findings: Sequence[Finding]) -> tuple[dict[str, Any], ...]:
     """Channel rows with the state a detector's finding gives the channels it names (``Detector.channel_state``:
     CD104's channels follow the length cap, so they are "clipped", saturated for the wrong reason)."""
-    states = {c: state for f in findings if (state := REGISTRY[f.code].channel_state) for c in f.channels}
+    states = {
+        c: state
+        for f in findings
+        if (state := REGISTRY[f.code].channel_state) and not is_history(f)
+        for c in f.channels
+    }
     return tuple(
         row | {"state": states[row["channel"]]} if row["channel"] in states and "state" in row else row for row in rows
     )
@@ -415,7 +436,8 @@ def scan_runs(
             return [_outcome(*jobs[0], hooks, executor)]
         # The progress bar lives here, not in the task; the report's collector (a class) travels.
         task_hooks = replace(hooks or ScanHooks(), on_progress=None)
-        tasks = [(replace(plan, options=plan.options.with_(ray=None)), run) for plan, run in jobs]
+        # In the task the run is reduced locally, on the worker's CPU (as the shards of one run are).
+        tasks = [(replace(plan, options=plan.options.with_(ray=None, device="cpu")), run) for plan, run in jobs]
         work = functools.partial(_scan_task, hooks=task_hooks)
         return list(executor.map(work, tasks, lambda job: job[1].name, keep_going=True))
 

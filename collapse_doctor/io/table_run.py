@@ -55,6 +55,10 @@ class TableRun(ParquetRun):
             weights=weights,
         )
 
+    def shards(self, rows: int) -> list[tuple[int, int]]:
+        """None: a trainer layout read whole is small, and its table lives in this process only."""
+        return []
+
     def _reopen(self) -> list[pq.ParquetFile]:
         return [pq.ParquetFile(pa.BufferReader(self._buffer), pre_buffer=False)]
 

@@ -157,6 +157,11 @@ def scan_advice(
         remedy = str(finding.get("remedy") or "")
         channels = [str(c) for c in finding.get("channels") or []]
         evidence = _dict(finding.get("evidence"))
+        if "judged_under" in evidence and finding.get("severity") != "error":
+            # a finding of a phase before the run switched aggregation: history, not what the run needs now
+            where = evidence.get("phase", "earlier")
+            advice.changes.append(f"{code}: from the {where} phase, before the switch; not applied")
+            continue
         # Only where the scan's own counterfactual says GDPO's advantages would not show the problem.
         advice.wants_gdpo = advice.wants_gdpo or finding.get("gdpo_resolves") is True
         for channel in _DROP.findall(remedy):

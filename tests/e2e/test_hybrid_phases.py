@@ -120,3 +120,45 @@ def test_watch_judges_the_phases_too(tmp_path: Path) -> None:
     (diagnosis,) = IncrementalScan().diagnose_runs([_hybrid(tmp_path)])
     assert [p.label() for p in diagnosis.run.phases] == ["GRPO steps 0-59", "GDPO steps 60-119"]
     assert diagnosis.verdict == "healthy"
+
+
+def test_a_last_phase_too_short_to_judge_is_inconclusive(tmp_path: Path) -> None:
+    """Switched 4 steps before the end: fewer steps than the rollout detectors need (6), so the run as it trains
+    now cannot be judged; the GRPO phase's findings (information now) do not make it healthy."""
+    path = _hybrid(tmp_path, labels=lambda steps: np.where(steps < 116, "grpo", "gdpo"))
+    code, document = _scan(path)
+    assert (code, document["verdict"]) == (1, "inconclusive")
+    assert document["findings"] and all(f["severity"] == "info" for f in document["findings"])
+    reasons = [d["reason"] for d in document["detectors"].values() if d["status"] == "skipped"]
+    assert reasons and all(r.startswith("GDPO phase since step 116: ") for r in reasons)
+
+
+def test_steps_without_a_label_belong_to_the_phase_around_them(tmp_path: Path) -> None:
+    """Labels on steps 10-109 only: steps 0-9 are judged with the first phase, 110-119 with the last."""
+    path = _hybrid(tmp_path, labels=lambda steps: np.where(steps < 10, None, np.where(steps < SWITCH, "grpo", "gdpo")))
+    labelled = pq.read_table(path)
+    steps = labelled.column("step").to_numpy()
+    values = np.where(steps < 10, None, np.where(steps < SWITCH, "grpo", "gdpo")).astype(object)
+    values[steps >= 110] = None
+    pq.write_table(labelled.drop(["aggregation"]).append_column("aggregation", pa.array(values.tolist())), path)
+    code, document = _scan(path)
+    assert document["run"]["phases"] == [
+        {"algorithm": "grpo", "step_range": [10, SWITCH - 1]},
+        {"algorithm": "gdpo", "step_range": [SWITCH, 109]},
+    ]
+    history = [f for f in document["findings"] if f["code"] == "CD402"]
+    assert history and history[0]["onset_step"] == 11  # found on the first phase from step 0, as without labels
+    assert (code, document["verdict"]) == (0, "healthy")
+
+
+def test_retrain_from_scan_does_not_act_on_history(tmp_path: Path) -> None:
+    from collapse_doctor.retrain.from_scan import scan_advice
+    from collapse_doctor.retrain.rewards import parse_rewards
+
+    out = tmp_path / "scan.json"
+    result = runner.invoke(app, ["scan", str(_hybrid(tmp_path)), "--json", str(out)])
+    assert result.exit_code == 0
+    specs = parse_rewards(["format=format_tag", "correct=exact_match"])
+    advice = scan_advice(out, specs, {s.name: 1.0 for s in specs})
+    assert not advice.wants_gdpo and advice.weights == {"format": 1.0, "correct": 1.0}
+    assert "CD402: from the GRPO steps 0-59 phase, before the switch; not applied" in advice.changes

@@ -85,9 +85,11 @@ def test_steps_out_of_order_have_no_shards(tmp_path: Path) -> None:
     assert ParquetRun([tmp_path / "r.parquet"]).shards(64) == []
 
 
-def test_an_in_memory_table_run_travels_too(tmp_path: Path) -> None:
+def test_an_in_memory_table_run_is_reduced_where_it_was_read(tmp_path: Path) -> None:
+    """A trainer layout read whole (JSONL, TRL completions) is small and lives in this process: no shards; it
+    still pickles (its table with it) and reads the same after."""
     table = make_table(steps=10, groups=4, text=False)
     run = TableRun(table, label=tmp_path, sources=[tmp_path / "x.jsonl"])
-    shard = pickle.loads(pickle.dumps(run.shard(*run.shards(64)[1])))
-    chunks = list(shard.iter_chunks(1000))
-    assert _concat(chunks, "steps").tolist() == [2, 3]
+    assert run.shards(64) == []
+    again = pickle.loads(pickle.dumps(run))
+    assert _concat(list(again.iter_chunks(1000)), "steps").tolist() == list(range(10))
