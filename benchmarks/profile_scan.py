@@ -14,8 +14,9 @@ in fresh subprocesses):
 - summary + detectors: algorithm detection, the run summary, the channel table, every detector;
 - output: the text report rendered to a string.
 
-Chunks are reduced on one thread here (``ChunkWorkers`` with one worker), so the stage times add up to a
-one-core scan; the last column gives the whole scan as the CLI runs it (one thread per core) for reference.
+Chunks are read and reduced on one thread here (``ChunkWorkers`` with one worker, no ``ReadAhead`` thread), so
+the stage times add up to a one-core scan; the last line gives the whole scan as the CLI runs it (reading on its
+own thread, chunks on one thread per core) for reference.
 The file is the one `bench_scan.py` generates (3 channels, 512 groups of 8 per step).
 """
 
@@ -104,6 +105,23 @@ def profile_once(path: Path, workers: int | None) -> dict[str, float]:
     timed(pipeline, "detect", "summary + detectors")
     timed(pipeline, "rollout_summary", "summary + detectors")
     timed(pipeline, "detect_algorithm", "summary + detectors")
+
+    class InLine:
+        """The chunks read in the consuming thread (no ReadAhead thread), so each stage is timed alone."""
+
+        def __init__(self, chunks: object) -> None:
+            self._chunks = chunks
+
+        def __iter__(self) -> object:
+            return iter(self._chunks)  # type: ignore[call-overload]
+
+        def close(self) -> None:
+            pass
+
+    if workers == 1:
+        for module in (pipeline, reduce):
+            originals[(module, "ReadAhead")] = module.ReadAhead
+            module.ReadAhead = InLine  # type: ignore[assignment,misc]
     saved_workers = workers_module.MAX_WORKERS
     if workers is not None:
         workers_module.MAX_WORKERS = workers
@@ -119,7 +137,7 @@ def profile_once(path: Path, workers: int | None) -> dict[str, float]:
         workers_module.MAX_WORKERS = saved_workers
         for (owner, name), original in originals.items():
             setattr(owner, name, original)
-    del reduce, io_open
+    del io_open
     return dict(spent)
 
 

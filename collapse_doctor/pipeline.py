@@ -36,7 +36,7 @@ from collapse_doctor.io.list_files import expand_list_files
 from collapse_doctor.io.open import open_rollouts, read_scalar_log
 from collapse_doctor.options import ReadOptions, ScanOptions
 from collapse_doctor.parallel import available_cores, map_ordered
-from collapse_doctor.reduce import empty_series, reduce_rollouts
+from collapse_doctor.reduce import SCAN_CHUNK_ROWS, ReadAhead, empty_series, reduce_rollouts
 from collapse_doctor.result import Diagnosis, Phase, RunSummary
 from collapse_doctor.schema import AGGREGATION, resolve_weights
 from collapse_doctor.summary import (
@@ -309,12 +309,20 @@ def scan_run(
         device = "cpu" if options.device == "auto" else options.device
         summary = scalar_only_summary(run.scalar_files(), scalars, weights, algorithm=algorithm[0], device=device)
     else:
-        from collapse_doctor.advantages import resolve_device
+        ahead = None
+        if executor is None:  # start reading now: the first chunks are read while torch is imported
+            ahead = ReadAhead(reader.iter_chunks(SCAN_CHUNK_ROWS))
+        try:
+            from collapse_doctor.advantages import resolve_device
 
-        device = "cpu" if executor is not None else str(resolve_device(options.device))
+            device = "cpu" if executor is not None else str(resolve_device(options.device))
+        except BaseException:
+            if ahead is not None:
+                ahead.close()
+            raise
         collectors = [collector] if collector is not None else []
         series = reduce_rollouts(
-            reader, device, collectors=collectors, on_progress=hooks.on_progress, executor=executor
+            reader, device, collectors=collectors, on_progress=hooks.on_progress, executor=executor, chunks=ahead
         )
         algorithm = detect_algorithm(series, options.algo, reader.dynamic_weight_channels)
         reader, series, algorithm, collector, notes = _with_inferred_weights(

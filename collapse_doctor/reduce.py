@@ -46,6 +46,74 @@ class RolloutSource(Protocol):
     def iter_chunks(self, max_rows: int) -> Iterator[StackedChunk]: ...
 
 
+READ_AHEAD = 2
+"""Chunks a :class:`ReadAhead` holds ready: reading (Parquet decoding, grouping) overlaps the computing."""
+
+
+class ReadAhead:
+    """A reader's chunks pulled on a thread of their own, up to :data:`READ_AHEAD` ahead of the consumer.
+
+    Started before torch is imported (:func:`collapse_doctor.pipeline.scan_run`), it reads the first chunks while
+    the import runs (pyarrow decodes without the GIL); afterwards it keeps reading while the chunks are computed.
+    An error while reading is raised where the chunk it stopped at would have come; :meth:`close` stops the
+    thread (a consumer that stops early, Ctrl-C).
+    """
+
+    def __init__(self, chunks: Iterator[StackedChunk], depth: int = READ_AHEAD) -> None:
+        import queue
+        import threading
+
+        self._queue: queue.Queue[tuple[str, Any]] = queue.Queue(maxsize=depth)
+        self._stop = threading.Event()
+        self._chunks = chunks
+        self._thread = threading.Thread(target=self._fill, daemon=True, name="collapse-doctor-read")
+        self._thread.start()
+
+    def _put(self, item: tuple[str, Any]) -> bool:
+        import queue
+
+        while not self._stop.is_set():
+            try:
+                self._queue.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def _fill(self) -> None:
+        try:
+            for chunk in self._chunks:
+                if not self._put(("chunk", chunk)):
+                    return
+            self._put(("end", None))
+        except BaseException as exc:  # handed to the consumer, raised there
+            self._put(("error", exc))
+        finally:
+            close = getattr(self._chunks, "close", None)
+            if close is not None:
+                close()
+
+    def __iter__(self) -> Iterator[StackedChunk]:
+        while True:
+            kind, value = self._queue.get()
+            if kind == "end":
+                return
+            if kind == "error":
+                raise value
+            yield value
+
+    def close(self) -> None:
+        import queue
+
+        self._stop.set()
+        while True:  # free a producer blocked on a full queue
+            try:
+                self._queue.get_nowait()
+            except queue.Empty:
+                break
+        self._thread.join()
+
+
 SHARDS_PER_WORKER = 4
 """Shards of one run per Ray worker: a slow worker holds up the in-order merge by at most a quarter of its share."""
 MIN_SHARD_ROWS = 4 * SCAN_CHUNK_ROWS
@@ -74,23 +142,43 @@ def reduce_rollouts(
     collectors: Sequence[ChunkCollector] = (),
     on_progress: Callable[[int, int], None] | None = None,
     executor: Executor | None = None,
+    chunks: ReadAhead | None = None,
 ) -> RunSeries:
     """Stream a rollout reader's chunks through the advantage engine and the statistics: per-step series.
 
-    With an ``executor`` (Ray) a reader that cuts itself into shards of whole steps (``shards``/``shard``, as
-    :class:`~collapse_doctor.io.parquet.ParquetRun` does when its steps are in order) is reduced shard by shard
-    on the executor's workers; the series is assembled here in shard order, as from local chunks.
+    The chunks are read ahead on a thread (``chunks``: a :class:`ReadAhead` of ``run.iter_chunks(SCAN_CHUNK_ROWS)``
+    the caller started earlier, else one started here). With an ``executor`` (Ray) a reader that cuts itself into
+    shards of whole steps (``shards``/``shard``, as :class:`~collapse_doctor.io.parquet.ParquetRun` does when its
+    steps are in order) is reduced shard by shard on the executor's workers; the series is assembled here in shard
+    order, as from local chunks.
     """
     builder = SeriesBuilder(run.channels, channel_pairs(run.channels))
     shards = _shards(run, executor)
     if executor is not None and len(shards) > 1 and all(hasattr(c, "summarizer") for c in collectors):
+        if chunks is not None:
+            chunks.close()
         _reduce_shards(run, shards, builder, device, collectors, on_progress, executor)
         return builder.build()
+    ahead = chunks if chunks is not None else ReadAhead(run.iter_chunks(SCAN_CHUNK_ROWS))
+    try:
+        _reduce_local(run, device, collectors, on_progress, builder, ahead)
+    finally:
+        ahead.close()
+    return builder.build()
+
+
+def _reduce_local(
+    run: RolloutSource,
+    device: str,
+    collectors: Sequence[ChunkCollector],
+    on_progress: Callable[[int, int], None] | None,
+    builder: SeriesBuilder,
+    chunks: ReadAhead,
+) -> None:
     done = trimmed_at = 0
     with _chunk_workers(device) as workers:
         for stacked, chunk_input, stats in workers.map(
-            functools.partial(_reduce_chunk, channels=run.channels, weights=run.weights, device=device),
-            run.iter_chunks(SCAN_CHUNK_ROWS),
+            functools.partial(_reduce_chunk, channels=run.channels, weights=run.weights, device=device), chunks
         ):
             for collector in collectors:
                 collector.collect(stacked.steps, chunk_input)
@@ -102,7 +190,6 @@ def reduce_rollouts(
                 trimmed_at = done
             if on_progress is not None:
                 on_progress(done, run.num_rows)
-    return builder.build()
 
 
 def _chunk_workers(device: str) -> Any:
