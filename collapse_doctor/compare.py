@@ -363,9 +363,10 @@ class Comparison:
 
     def to_json(self, *, indent: int | None = 2) -> str:
         """:meth:`to_dict` as JSON text (no NaN: missing numbers are null)."""
-        import json
 
-        return json.dumps(self.to_dict(), indent=indent, allow_nan=False)
+        from collapse_doctor.json_text import dumps
+
+        return dumps(self.to_dict(), indent=indent)
 
     def to_dict(self) -> dict[str, Any]:
         """The documented JSON shape (docs/compare-output.schema.json)."""

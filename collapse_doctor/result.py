@@ -5,7 +5,6 @@ Renderers read only these; the pipeline (:mod:`collapse_doctor.pipeline`) builds
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -179,7 +178,9 @@ class Diagnosis:
         return out
 
     def to_json(self, *, include_series: bool = True, indent: int | None = 2) -> str:
-        return json.dumps(self.to_dict(include_series=include_series), indent=indent, allow_nan=False)
+        from collapse_doctor.json_text import dumps
+
+        return dumps(self.to_dict(include_series=include_series), indent=indent)
 
 
 def signal_sentence(signal: Mapping[str, Any] | None) -> str:

@@ -148,9 +148,13 @@ def decimate(values: np.ndarray, max_points: int) -> np.ndarray:
     if n <= max_points:
         return np.arange(n)
     buckets = max(1, max_points // 2)
-    bucket = (np.arange(n) * buckets) // n
-    order = np.lexsort((np.nan_to_num(values, nan=np.inf), bucket))
-    bounds = np.flatnonzero(np.diff(bucket[order])) + 1
-    first = order[np.concatenate([[0], bounds])]
-    last = order[np.concatenate([bounds - 1, [n - 1]])]
+    bucket = (np.arange(n) * buckets) // n  # non-decreasing: each bucket is a run of consecutive points
+    starts = np.flatnonzero(np.diff(bucket, prepend=-1))
+    keyed = np.nan_to_num(np.asarray(values, dtype=np.float64), nan=np.inf)  # NaN sorts last, as a maximum
+    low = np.minimum.reduceat(keyed, starts)[bucket]
+    high = np.maximum.reduceat(keyed, starts)[bucket]
+    at_low = np.flatnonzero(keyed == low)  # the first of each bucket's minima, the last of its maxima
+    first = at_low[np.unique(bucket[at_low], return_index=True)[1]]
+    at_high = np.flatnonzero(keyed == high)[::-1]
+    last = at_high[np.unique(bucket[at_high], return_index=True)[1]]
     return np.unique(np.concatenate([first, last]))

@@ -18,18 +18,20 @@ EXACT_BLOCK_VALUES = 2**24
 """Window values the exact path materialises at once (a block of rows): memory stays ~128 MiB at any length."""
 
 
-def _rolling_exact(values: np.ndarray, half: int, how: str) -> np.ndarray:
+def _rolling_exact(values: np.ndarray, half: int, how: str, first: int = 0, last: int | None = None) -> np.ndarray:
+    """The shrinking-window reduction at positions ``first..last - 1`` (default: every position)."""
     padded = np.concatenate([np.full(half, np.nan), values, np.full(half, np.nan)])
     width = 2 * half + 1
     block = max(1, EXACT_BLOCK_VALUES // width)
     reduce = np.nanmedian if how == "median" else np.nanmean
-    out = np.empty(len(values), dtype=np.float64)
+    last = len(values) if last is None else last
+    out = np.empty(last - first, dtype=np.float64)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
-        for start in range(0, len(values), block):
-            stop = min(len(values), start + block)
+        for start in range(first, last, block):
+            stop = min(last, start + block)
             windows = np.lib.stride_tricks.sliding_window_view(padded[start : stop + 2 * half], width)
-            out[start:stop] = reduce(windows, axis=1)
+            out[start - first : stop - first] = reduce(windows, axis=1)
     return out
 
 
@@ -87,13 +89,13 @@ def rolling(values: np.ndarray, window: int, how: str = "median") -> np.ndarray:
         out = np.asarray(median_filter(data, size=size, mode="nearest"), dtype=np.float64)
     else:
         out = np.asarray(uniform_filter1d(data, size=size, mode="nearest"), dtype=np.float64)
-    if how == "median" and half * size > EXACT_BLOCK_VALUES:
+    if how == "median":  # the growing edge windows, by sorted insertion (the same medians, far less work)
         out[:half] = _edge_medians(data, half)
         out[n - half :] = _edge_medians(data[::-1], half)[::-1]
         return out
-    edge = 3 * half + 1  # the edge windows lie within the first (last) 3 * half + 1 values
-    out[:half] = _rolling_exact(data[:edge], half, how)[:half]
-    out[n - half :] = _rolling_exact(data[n - edge :], half, how)[edge - half :]
+    edge = 2 * half  # the first (last) half windows lie within the first (last) 2 * half values
+    out[:half] = _rolling_exact(data[:edge], half, how, 0, half)
+    out[n - half :] = _rolling_exact(data[n - edge :], half, how, half, edge)
     return out
 
 

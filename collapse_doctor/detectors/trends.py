@@ -55,8 +55,21 @@ def thin(steps: np.ndarray, values: np.ndarray, max_points: int = MAX_TEST_POINT
     n = len(values)
     if n <= max_points:
         return steps, values
-    bins = np.array_split(np.arange(n), max_points)
-    return np.array([np.median(steps[b]) for b in bins]), np.array([np.median(values[b]) for b in bins])
+    return _bin_medians(steps, max_points), _bin_medians(values, max_points)
+
+
+def _bin_medians(values: np.ndarray, bins: int) -> np.ndarray:
+    """The median of each of ``np.array_split(values, bins)``'s parts, two reshapes instead of a loop: the first
+    ``len % bins`` parts hold one value more than the others.
+
+    >>> _bin_medians(np.array([1.0, 5.0, 2.0, 4.0, 3.0]), 2).tolist()
+    [2.0, 3.5]
+    """
+    size, longer = divmod(len(values), bins)
+    head = longer * (size + 1)
+    parts = [np.median(values[:head].reshape(longer, size + 1), axis=1)] if longer else []
+    parts.append(np.median(values[head:].reshape(bins - longer, size), axis=1))
+    return np.concatenate(parts)
 
 
 def theil_sen_slope(steps: np.ndarray, values: np.ndarray) -> float:

@@ -93,27 +93,81 @@ class EventFileRead:
         return len(self.steps)
 
 
+PARALLEL_CHECK_RECORDS = 100_000
+"""Files with this many records check their CRCs on a second thread while the records are decoded."""
+
+
+SPECULATE_MAX_PERIOD = 64
+"""Longest repeating pattern of record lengths the walk looks for (a step's tags, logged in the same order)."""
+SPECULATE_BLOCK = 65_536
+"""Records guessed and checked at once by the walk."""
+
+
+def _period(recent: list[int]) -> int:
+    """The shortest period (up to :data:`SPECULATE_MAX_PERIOD`) with which the last record lengths repeat, or 0."""
+    for p in range(1, min(SPECULATE_MAX_PERIOD, len(recent) // 2) + 1):
+        if recent[-p:] == recent[-2 * p : -p]:
+            return p
+    return 0
+
+
 def _walk(data: bytes) -> tuple[np.ndarray, np.ndarray, bool, int | None]:
     """Record offsets, payload lengths, ``truncated`` (the data ends inside a record) and, when the last
-    record's length points past the end and fails its checksum, that record's offset (corrupt, not cut)."""
+    record's length points past the end and fails its checksum, that record's offset (corrupt, not cut).
+
+    Each record's offset follows from the previous one's length, so the walk is sequential; but the lengths of a
+    scalar log repeat (every logging step writes its tags in the same order), so once the last lengths repeat
+    with some period the walk guesses the next block of records from that pattern and checks every guessed
+    header against the data at once: the longest prefix whose lengths all match is taken (exactly what the
+    record-by-record walk finds there), and the walk goes on one record at a time from the first miss.
+    """
     unpack = struct.Struct("<Q").unpack_from
     size = len(data)
     last_header = size - _HEADER
     frame = _HEADER + _FOOTER
-    starts: list[int] = []
-    append = starts.append
+    buf = np.frombuffer(data, dtype=np.uint8)
+    offsets_done: list[np.ndarray] = []  # offsets and full sizes (header, payload, footer) of records found
+    sizes_done: list[np.ndarray] = []
+    starts: list[int] = []  # the records walked one by one since the last guess, and their sizes
+    walked: list[int] = []
+    recent: list[int] = []  # the last sizes, for the pattern
     pos = 0
-    # The hot loop of the reader: one header per iteration, nothing else. Every record but the last one
-    # ends where the next one starts (inside the data), so only the last one can be incomplete.
+    wait = 2 * SPECULATE_MAX_PERIOD  # records to walk one by one before the next guess
     while pos <= last_header:
-        append(pos)
-        pos += unpack(data, pos)[0] + frame
+        if wait <= 0 and (period := _period(recent)):
+            guess = np.tile(np.asarray(recent[-period:], dtype=np.int64), max(1, SPECULATE_BLOCK // period))
+            offsets = pos + np.concatenate([[0], np.cumsum(guess[:-1])])
+            past = np.flatnonzero(offsets + guess > size)  # whole records only: the tail is walked one by one
+            if len(past):
+                guess, offsets = guess[: past[0]], offsets[: past[0]]
+            found = _read_u32(buf, offsets).astype(np.int64) | (_read_u32(buf, offsets + 4).astype(np.int64) << 32)
+            misses = np.flatnonzero(found + frame != guess)
+            taken = int(misses[0]) if len(misses) else len(guess)
+            if taken:
+                offsets_done += [np.asarray(starts, dtype=np.int64), offsets[:taken]]
+                sizes_done += [np.asarray(walked, dtype=np.int64), guess[:taken]]
+                starts, walked = [], []
+                pos = int(offsets[taken - 1] + guess[taken - 1])
+                recent = guess[max(0, taken - 2 * SPECULATE_MAX_PERIOD) : taken].tolist()
+            if taken == len(guess) and taken:
+                continue  # the whole block matched: guess the next one
+            wait = 2 * SPECULATE_MAX_PERIOD
+        # The record-by-record walk: one header per iteration. Every record but the last one ends where the
+        # next one starts (inside the data), so only the last one can be incomplete.
+        length = unpack(data, pos)[0] + frame
+        starts.append(pos)
+        walked.append(length)
+        recent.append(length)
+        if len(recent) > 4 * SPECULATE_MAX_PERIOD:
+            del recent[: 2 * SPECULATE_MAX_PERIOD]
+        pos += length
+        wait -= 1
     truncated = pos != size
     if pos > size:  # the last record runs past the end of the data: drop it, resume from its header
         pos = starts.pop()
-    begin = np.asarray(starts, dtype=np.int64)
-    buf = np.frombuffer(data, dtype=np.uint8)
-    lengths = _read_u32(buf, begin).astype(np.int64) | (_read_u32(buf, begin + 4).astype(np.int64) << 32)
+        walked.pop()
+    begin = np.concatenate([*offsets_done, np.asarray(starts, dtype=np.int64)])
+    lengths = np.concatenate([*sizes_done, np.asarray(walked, dtype=np.int64)]) - frame
     bad_tail = None
     if truncated and pos <= last_header:
         # A length that points past the end: a record being written, unless the length itself is corrupt.
@@ -195,11 +249,25 @@ def read_event_file(path: str | Path, *, start: int = 0) -> EventFileRead:
     path = input_path(path)  # a RemotePath stays one
     data = read_from(path, start)
     starts, lengths, truncated, bad_tail = _walk(data)
-    _check_crcs(data, starts, lengths, path, start)  # the first bad record, if the walk went astray before
+    # The checksums and the decoding are independent array work that releases the GIL: the checks run on a
+    # second thread while the records are decoded, and their verdict comes first (the first bad record, if the
+    # walk went astray before).
+    if len(starts) >= PARALLEL_CHECK_RECORDS:
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(1, thread_name_prefix="collapse-doctor-crc") as pool:
+            checked = pool.submit(_check_crcs, data, starts, lengths, path, start)
+            try:
+                fast = decode_simple_values(data, starts + _HEADER, lengths)
+            finally:
+                checked.result()  # a bad checksum is raised here, before anything decoded is used
+    else:
+        _check_crcs(data, starts, lengths, path, start)
+        fast = None
     if bad_tail is not None:
         _corrupt(path, start + bad_tail, "length")
-
-    fast = decode_simple_values(data, starts + _HEADER, lengths)
+    if fast is None:
+        fast = decode_simple_values(data, starts + _HEADER, lengths)
     parse = Event.FromString
     tag_ids: dict[str, int] = {name: i for i, name in enumerate(fast.tag_names)}
     tag_index: list[int] = []

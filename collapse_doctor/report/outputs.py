@@ -21,7 +21,6 @@ reads no environment variable: the caller passes GitHub's step-summary file and 
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -144,7 +143,9 @@ def runs_dict(
 
 
 def runs_json(diagnoses: Sequence[Diagnosis], *, indent: int | None = 2, failures: Sequence[Failure] = ()) -> str:
-    return json.dumps(runs_dict(diagnoses, failures=failures), indent=indent, allow_nan=False)
+    from collapse_doctor.json_text import dumps
+
+    return dumps(runs_dict(diagnoses, failures=failures), indent=indent)
 
 
 def exit_code(diagnoses: Sequence[Diagnosis], failures: Sequence[Failure] = ()) -> int:

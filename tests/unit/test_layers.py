@@ -20,6 +20,7 @@ VALUES = {
     "findings",
     "numbers",
     "text_safety",
+    "json_text",
     "smoothing",
     "options",
     "config",

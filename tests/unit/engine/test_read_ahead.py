@@ -33,10 +33,9 @@ def test_chunks_come_in_order_and_the_thread_ends() -> None:
 
 def test_an_error_is_raised_after_the_chunks_before_it() -> None:
     ahead = ReadAhead(_chunks(10, fail_at=4))  # type: ignore[arg-type]
-    got = []
+    got: list[int] = []
     with pytest.raises(InputError, match="chunk 4: bad rows"):
-        for chunk in ahead:
-            got.append(chunk)
+        got.extend(ahead)
     ahead.close()
     assert got == [0, 1, 2, 3]
 

@@ -87,6 +87,27 @@ def test_corrupt_record_names_the_byte_offset(tmp_path: Path) -> None:
     assert len(result.stderr.strip().splitlines()) == 1 and "checksum mismatch" in result.stderr
 
 
+@pytest.mark.parametrize("where", ["length", "data"])
+def test_checksums_checked_beside_the_decoding_still_come_first(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str
+) -> None:
+    """Large files check CRCs on a second thread while decoding: a bad record is still the one error, whatever the
+    decoding found (here the damaged byte also breaks the record's shape)."""
+    from collapse_doctor.io import tensorboard
+
+    monkeypatch.setattr(tensorboard, "PARALLEL_CHECK_RECORDS", 2)
+    payloads = [scalar_event("train/kl", 0.1 * i, i, float(i)) for i in range(50)]
+    path = write_raw(tmp_path / "events.out.tfevents.1.host", payloads)
+    data = bytearray(path.read_bytes())
+    at = sum(len(record(p)) for p in payloads[:30])
+    data[at + (9 if where == "length" else 14)] ^= 0xFF  # the length's CRC, or inside the payload
+    path.write_bytes(bytes(data))
+    with pytest.raises(InputError, match=rf"corrupt TensorBoard record at byte {at} \({where} checksum mismatch\)"):
+        read_event_file(path)
+    path.write_bytes(b"".join(record(p) for p in payloads))
+    assert read_event_file(path).points == 50
+
+
 def test_restarts_keep_the_latest_point_and_honour_session_start(tmp_path: Path) -> None:
     first = [scalar_event("train/kl", 1.0, s, 100.0 + s) for s in range(10)]
     # Restart from step 5: a START event purges steps >= 5 logged before it.
@@ -184,3 +205,39 @@ def test_corrupt_length_names_its_record(new_length: int, tmp_path: Path) -> Non
     path.write_bytes(bytes(data))
     with pytest.raises(InputError, match=f"corrupt TensorBoard record at byte {third} \\(length checksum"):
         read_event_file(path)
+
+
+def _walk_one_by_one(data: bytes) -> tuple[list[int], list[int], bool]:
+    """The reference walk: one header after the other."""
+    starts, lengths, pos = [], [], 0
+    while pos <= len(data) - 12:
+        length = int.from_bytes(data[pos : pos + 8], "little")
+        starts.append(pos)
+        lengths.append(length)
+        pos += length + 16
+    truncated = pos != len(data)
+    if pos > len(data):
+        starts.pop()
+        lengths.pop()
+    return starts, lengths, truncated
+
+
+@pytest.mark.parametrize("layout", ["periodic", "periodic with breaks", "random", "cut mid-record"])
+def test_the_guessing_walk_finds_what_the_one_by_one_walk_finds(layout: str) -> None:
+    """The walk guesses blocks of records from the repeating pattern of lengths and checks every guess against the
+    data: the records it finds are exactly the one-by-one walk's, whatever the layout."""
+    from collapse_doctor.io.tensorboard import _walk
+
+    rng = np.random.default_rng(len(layout))
+    pattern = [int(n) for n in rng.integers(1, 60, 7)]
+    out = bytearray()
+    for i in range(20_000):
+        size = pattern[i % 7] if layout != "random" else int(rng.integers(1, 60))
+        if layout == "periodic with breaks" and i % 997 == 0:
+            size = int(rng.integers(1, 60))
+        out += size.to_bytes(8, "little") + bytes(4) + bytes(rng.integers(0, 256, size, dtype=np.uint8)) + bytes(4)
+    data = bytes(out[:-9] if layout == "cut mid-record" else out)
+    starts, lengths, truncated, _ = _walk(data)
+    expected = _walk_one_by_one(data)
+    assert (starts.tolist(), lengths.tolist(), truncated) == expected
+    assert len(expected[0]) == (19_999 if layout == "cut mid-record" else 20_000)

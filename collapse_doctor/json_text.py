@@ -1,0 +1,46 @@
+"""The JSON documents collapse-doctor writes: indented, with every list of plain values on one line.
+
+``json.dumps(..., indent=2)`` runs Python's pure-Python encoder and puts every number of a per-step series on a
+line of its own: a scan of a long log spends most of its output time there, and the file is hard to read. Here
+lists of plain values (numbers, strings, booleans, null) are encoded by the C encoder on one line each, and the
+rest of the document is indented as before. The result parses to the same value.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+_PLAIN = (int, float, str, bool, type(None))
+_HOLDER = re.compile(r'"\\u0000(\d+)\\u0000"')
+
+
+def dumps(document: Any, *, indent: int | None = 2) -> str:
+    """``document`` as JSON (NaN and infinities refused, as ``allow_nan=False``).
+
+    >>> print(dumps({"run": {"steps": [1, 2, 3], "name": "a"}, "findings": []}))
+    {
+      "run": {
+        "steps": [1, 2, 3],
+        "name": "a"
+      },
+      "findings": []
+    }
+    """
+    if indent is None:
+        return json.dumps(document, allow_nan=False)
+    inline: list[str] = []
+
+    def hold(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {key: hold(item) for key, item in value.items()}
+        if isinstance(value, list | tuple):
+            if value and all(isinstance(item, _PLAIN) for item in value):
+                inline.append(json.dumps(value, allow_nan=False, separators=(", ", ": ")))
+                return f"\0{len(inline) - 1}\0"
+            return [hold(item) for item in value]
+        return value
+
+    text = json.dumps(hold(document), indent=indent, allow_nan=False)
+    return _HOLDER.sub(lambda found: inline[int(found.group(1))], text)
