@@ -207,7 +207,14 @@ class FindingMatch:
 
     @property
     def title(self) -> str:
+        """The title in the first run that has it (see :attr:`titles_differ`)."""
         return next(f.title for f in self.findings if f is not None)
+
+    @property
+    def titles_differ(self) -> bool:
+        """Whether the runs word it differently: one code and channels, another state (a channel saturated at its
+        ceiling in one run, never earned in the other)."""
+        return len({f.title for f in self.findings if f is not None}) > 1
 
     @property
     def worst(self) -> Severity:
@@ -388,6 +395,7 @@ class Comparison:
                                 "severity": f.severity.label,
                                 "onset_step": f.onset_step,
                                 "step_range": list(f.step_range) if f.step_range else None,
+                                "title": f.title,
                             }
                             if f is not None
                             else None

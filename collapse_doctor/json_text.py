@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import json
 import re
+import secrets
 from typing import Any
 
 _PLAIN = (int, float, str, bool, type(None))
-_HOLDER = re.compile(r'"\\u0000(\d+)\\u0000"')
 
 
 def dumps(document: Any, *, indent: int | None = 2) -> str:
@@ -31,6 +31,8 @@ def dumps(document: Any, *, indent: int | None = 2) -> str:
     if indent is None:
         return json.dumps(document, allow_nan=False)
     inline: list[str] = []
+    nonce = secrets.token_hex(8)  # no string of the document can be mistaken for a placeholder
+    holder = re.compile(rf'"\\u0000{nonce}:(\d+)\\u0000"')
 
     def hold(value: Any) -> Any:
         if isinstance(value, dict):
@@ -38,9 +40,9 @@ def dumps(document: Any, *, indent: int | None = 2) -> str:
         if isinstance(value, list | tuple):
             if value and all(isinstance(item, _PLAIN) for item in value):
                 inline.append(json.dumps(value, allow_nan=False, separators=(", ", ": ")))
-                return f"\0{len(inline) - 1}\0"
+                return f"\0{nonce}:{len(inline) - 1}\0"
             return [hold(item) for item in value]
         return value
 
     text = json.dumps(hold(document), indent=indent, allow_nan=False)
-    return _HOLDER.sub(lambda found: inline[int(found.group(1))], text)
+    return holder.sub(lambda found: inline[int(found.group(1))], text)

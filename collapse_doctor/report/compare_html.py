@@ -230,9 +230,13 @@ def _findings_table(comparison: Comparison) -> str:
                     f'<td><span class="sev {esc(f.severity.label)}">{esc(f.severity.label)}</span>{esc(onset)}</td>'
                 )
         where = "every run" if match.shared else "only " + ", ".join(run_letter(i) for i in match.present)
+        title = _rich(printable(match.title))
+        if match.titles_differ:  # one code and channels, worded by another state in each run
+            title = " / ".join(
+                f"{run_letter(i)}: {_rich(printable(f.title))}" for i, f in enumerate(match.findings) if f is not None
+            )
         rows.append(
-            f"<tr><td><code>{esc(match.code)}</code></td><td>{_rich(printable(match.title))}</td>{''.join(cells)}"
-            f"<td>{esc(where)}</td></tr>"
+            f"<tr><td><code>{esc(match.code)}</code></td><td>{title}</td>{''.join(cells)}<td>{esc(where)}</td></tr>"
         )
     return (
         f"<table><thead><tr><th>code</th><th>finding</th>{head}<th>in</th></tr></thead>"

@@ -150,7 +150,10 @@ def _findings(console: Console, comparison: Comparison, letters: Sequence[str]) 
     for match in comparison.findings:
         present = match.present
         where = "in every run" if match.shared else "only in " + ", ".join(letters[i] for i in present)
-        table.add_row(match.code, printable(match.title), *(_at(f) for f in match.findings), where)
+        title = match.title
+        if match.titles_differ:
+            title = " / ".join(f"{letters[i]}: {f.title}" for i, f in enumerate(match.findings) if f is not None)
+        table.add_row(match.code, printable(title), *(_at(f) for f in match.findings), where)
     console.print(table)
     console.print("  (severity @ onset step)", style="dim")
     console.print()

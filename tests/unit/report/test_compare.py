@@ -183,6 +183,28 @@ def test_comparison_json_matches_its_schema_and_names_the_unshared_findings() ->
     assert data["exit_code"] == 1 and data["gates"][0]["new_findings"][0]["code"] == "CD102"
 
 
+def test_one_finding_worded_differently_per_run_shows_each_runs_title() -> None:
+    """CD101 on `length`: saturated at its ceiling in one run, never earned in the other (the same code and
+    channel, another state): the comparison must not print the first run's words for both."""
+    import io
+
+    from collapse_doctor.report.compare_text import render_comparison
+
+    saturated = Finding("CD101", Severity.INFO, "`length` is saturated at its maximum", "m", ("length",), onset_step=3)
+    floor = Finding("CD101", Severity.INFO, "`length` is rarely or never earned", "m", ("length",), onset_step=0)
+    comparison = compare([diagnosis(findings=(saturated,)), diagnosis(findings=(floor,))], ["grpo", "fixed"])
+    (match,) = comparison.findings
+    assert match.titles_differ
+    data = json.loads(comparison.to_json())
+    jsonschema.validate(data, SCHEMA)
+    titles = {label: run["title"] for label, run in data["findings"][0]["by_run"].items()}
+    assert titles == {"grpo": saturated.title, "fixed": floor.title}
+    text = io.StringIO()
+    render_comparison(comparison, text, color=False)
+    flat = " ".join(text.getvalue().split())  # the table may wrap the cell over two lines
+    assert f"A: {saturated.title} / B: `length` is rarely" in flat and "never earned" in flat
+
+
 def test_run_labels_and_arguments() -> None:
     assert unique_labels(["x", "x", "x"]) == ["x", "x (2)", "x (3)"]
     assert parse_run_argument("s3://bucket/logs@exp-a", exists=lambda p: False).run_name == "exp-a"
