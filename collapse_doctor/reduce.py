@@ -94,17 +94,23 @@ class ReadAhead:
                 close()
 
     def __iter__(self) -> Iterator[StackedChunk]:
-        while True:
+        while self._last is None:
             kind, value = self._queue.get()
-            if kind == "end":
-                return
-            if kind == "error":
-                raise value
-            yield value
+            if kind == "chunk":
+                yield value
+            else:
+                self._last = (kind, value)
+        if self._last[0] == "error":
+            raise self._last[1]  # again, to a consumer that iterates once more
+
+    _last: tuple[str, Any] | None = None
+    """How reading ended (``("end", None)`` or ``("error", exc)``), once the consumer has seen it."""
 
     def close(self) -> None:
         import queue
 
+        if self._last is None:
+            self._last = ("end", None)  # iterating after close ends at once
         self._stop.set()
         while True:  # free a producer blocked on a full queue
             try:
@@ -152,19 +158,21 @@ def reduce_rollouts(
     steps are in order) is reduced shard by shard on the executor's workers; the series is assembled here in shard
     order, as from local chunks.
     """
-    builder = SeriesBuilder(run.channels, channel_pairs(run.channels))
-    shards = _shards(run, executor)
-    if executor is not None and len(shards) > 1 and all(hasattr(c, "summarizer") for c in collectors):
-        if chunks is not None:
-            chunks.close()
-        _reduce_shards(run, shards, builder, device, collectors, on_progress, executor)
-        return builder.build()
-    ahead = chunks if chunks is not None else ReadAhead(run.iter_chunks(SCAN_CHUNK_ROWS))
     try:
-        _reduce_local(run, device, collectors, on_progress, builder, ahead)
+        builder = SeriesBuilder(run.channels, channel_pairs(run.channels))
+        shards = _shards(run, executor)
+        if executor is not None and len(shards) > 1 and all(hasattr(c, "summarizer") for c in collectors):
+            if chunks is not None:
+                chunks.close()
+            _reduce_shards(run, shards, builder, device, collectors, on_progress, executor)
+            return builder.build()
+        if chunks is None:
+            chunks = ReadAhead(run.iter_chunks(SCAN_CHUNK_ROWS))
+        _reduce_local(run, device, collectors, on_progress, builder, chunks)
+        return builder.build()
     finally:
-        ahead.close()
-    return builder.build()
+        if chunks is not None:
+            chunks.close()  # a second close does nothing
 
 
 def _reduce_local(

@@ -121,8 +121,10 @@ def _tag_ids(buf: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> tuple[
             dtype=np.int32,
         )
         ids[rows] = local[codes]
-    decoded = [raw.decode("utf-8", errors="replace") for raw in names]
-    return decoded, ids
+    # Tags whose bytes differ but decode alike (invalid UTF-8 replaced) are one tag, as protobuf's parser gives.
+    decoded: dict[str, int] = {}
+    remap = np.asarray([decoded.setdefault(raw.decode("utf-8", errors="replace"), len(decoded)) for raw in names])
+    return list(decoded), (remap[ids].astype(np.int32) if len(remap) else ids)
 
 
 def decode_simple_values(data: bytes, payload_starts: np.ndarray, payload_lengths: np.ndarray) -> FastScalars:

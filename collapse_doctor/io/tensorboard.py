@@ -100,7 +100,9 @@ PARALLEL_CHECK_RECORDS = 100_000
 SPECULATE_MAX_PERIOD = 64
 """Longest repeating pattern of record lengths the walk looks for (a step's tags, logged in the same order)."""
 SPECULATE_BLOCK = 65_536
-"""Records guessed and checked at once by the walk."""
+"""The most records guessed and checked at once by the walk (a guess starts at :data:`SPECULATE_FIRST` records
+and doubles while whole guesses match, so a log whose pattern keeps breaking pays little for trying)."""
+SPECULATE_FIRST = 256
 
 
 def _period(recent: list[int]) -> int:
@@ -130,12 +132,21 @@ def _walk(data: bytes) -> tuple[np.ndarray, np.ndarray, bool, int | None]:
     sizes_done: list[np.ndarray] = []
     starts: list[int] = []  # the records walked one by one since the last guess, and their sizes
     walked: list[int] = []
-    recent: list[int] = []  # the last sizes, for the pattern
+    guessed: list[int] = []  # the sizes of the last guessed records, for the pattern
+    append, walk = starts.append, walked.append
+    window = 2 * SPECULATE_MAX_PERIOD
     pos = 0
-    wait = 2 * SPECULATE_MAX_PERIOD  # records to walk one by one before the next guess
+    wait = backoff = window  # records to walk one by one before the next guess (doubled while guesses fail)
+    block = SPECULATE_FIRST
     while pos <= last_header:
-        if wait <= 0 and (period := _period(recent)):
-            guess = np.tile(np.asarray(recent[-period:], dtype=np.int64), max(1, SPECULATE_BLOCK // period))
+        if wait <= 0:
+            period = _period((guessed + walked[-window:])[-window:])
+            if not period:  # no pattern: look again later, later each time
+                backoff = min(2 * backoff, SPECULATE_BLOCK)
+                wait = backoff
+                continue
+            recent = (guessed + walked[-window:])[-period:]
+            guess = np.tile(np.asarray(recent, dtype=np.int64), max(1, block // period))
             offsets = pos + np.concatenate([[0], np.cumsum(guess[:-1])])
             past = np.flatnonzero(offsets + guess > size)  # whole records only: the tail is walked one by one
             if len(past):
@@ -147,21 +158,24 @@ def _walk(data: bytes) -> tuple[np.ndarray, np.ndarray, bool, int | None]:
                 offsets_done += [np.asarray(starts, dtype=np.int64), offsets[:taken]]
                 sizes_done += [np.asarray(walked, dtype=np.int64), guess[:taken]]
                 starts, walked = [], []
+                append, walk = starts.append, walked.append
                 pos = int(offsets[taken - 1] + guess[taken - 1])
-                recent = guess[max(0, taken - 2 * SPECULATE_MAX_PERIOD) : taken].tolist()
+                guessed = guess[max(0, taken - window) : taken].tolist()
             if taken == len(guess) and taken:
-                continue  # the whole block matched: guess the next one
-            wait = 2 * SPECULATE_MAX_PERIOD
-        # The record-by-record walk: one header per iteration. Every record but the last one ends where the
-        # next one starts (inside the data), so only the last one can be incomplete.
-        length = unpack(data, pos)[0] + frame
-        starts.append(pos)
-        walked.append(length)
-        recent.append(length)
-        if len(recent) > 4 * SPECULATE_MAX_PERIOD:
-            del recent[: 2 * SPECULATE_MAX_PERIOD]
-        pos += length
-        wait -= 1
+                block = min(2 * block, SPECULATE_BLOCK)
+                backoff = window
+                continue  # the whole guess matched: guess again, twice as far
+            block = SPECULATE_FIRST
+            backoff = window if taken >= len(guess) // 2 else min(2 * backoff, SPECULATE_BLOCK)
+            wait = backoff
+        # The record-by-record walk, ``wait`` records: one header per iteration. Every record but the last one
+        # ends where the next one starts (inside the data), so only the last one can be incomplete.
+        while wait > 0 and pos <= last_header:
+            append(pos)
+            length = unpack(data, pos)[0] + frame
+            walk(length)
+            pos += length
+            wait -= 1
     truncated = pos != size
     if pos > size:  # the last record runs past the end of the data: drop it, resume from its header
         pos = starts.pop()
@@ -259,8 +273,10 @@ def read_event_file(path: str | Path, *, start: int = 0) -> EventFileRead:
             checked = pool.submit(_check_crcs, data, starts, lengths, path, start)
             try:
                 fast = decode_simple_values(data, starts + _HEADER, lengths)
-            finally:
-                checked.result()  # a bad checksum is raised here, before anything decoded is used
+            except Exception:
+                checked.result()  # a bad checksum is the error to report, not what decoding it ran into
+                raise
+            checked.result()  # a bad checksum is raised here, before anything decoded is used
     else:
         _check_crcs(data, starts, lengths, path, start)
         fast = None

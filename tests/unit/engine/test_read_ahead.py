@@ -47,3 +47,17 @@ def test_close_stops_reading_early() -> None:
     assert next(iterator) == 0
     ahead.close()
     assert _threads() == 0 and len(seen) <= 5  # at most the queue's depth (and one in hand) read ahead
+
+
+def test_iterating_again_after_the_end_or_close_does_not_hang() -> None:
+    ahead = ReadAhead(_chunks(3))  # type: ignore[arg-type]
+    assert list(ahead) == [0, 1, 2] and list(ahead) == []
+    ahead.close()
+    failed = ReadAhead(_chunks(3, fail_at=1))  # type: ignore[arg-type]
+    for _ in range(2):  # the error again, not a wait on an empty queue
+        with pytest.raises(InputError):
+            list(failed)
+    failed.close()
+    closed = ReadAhead(_chunks(10_000))  # type: ignore[arg-type]
+    closed.close()
+    assert list(closed) == []

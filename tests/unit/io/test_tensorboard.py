@@ -222,7 +222,9 @@ def _walk_one_by_one(data: bytes) -> tuple[list[int], list[int], bool]:
     return starts, lengths, truncated
 
 
-@pytest.mark.parametrize("layout", ["periodic", "periodic with breaks", "random", "cut mid-record"])
+@pytest.mark.parametrize(
+    "layout", ["periodic", "periodic with breaks", "random", "cut mid-record", "scalars and one odd record a step"]
+)
 def test_the_guessing_walk_finds_what_the_one_by_one_walk_finds(layout: str) -> None:
     """The walk guesses blocks of records from the repeating pattern of lengths and checks every guess against the
     data: the records it finds are exactly the one-by-one walk's, whatever the layout."""
@@ -235,9 +237,21 @@ def test_the_guessing_walk_finds_what_the_one_by_one_walk_finds(layout: str) -> 
         size = pattern[i % 7] if layout != "random" else int(rng.integers(1, 60))
         if layout == "periodic with breaks" and i % 997 == 0:
             size = int(rng.integers(1, 60))
+        if layout.startswith("scalars") and i % 8 == 7:  # a histogram or text record of its own size each step
+            size = int(rng.integers(100, 3000))
         out += size.to_bytes(8, "little") + bytes(4) + bytes(rng.integers(0, 256, size, dtype=np.uint8)) + bytes(4)
     data = bytes(out[:-9] if layout == "cut mid-record" else out)
     starts, lengths, truncated, _ = _walk(data)
     expected = _walk_one_by_one(data)
     assert (starts.tolist(), lengths.tolist(), truncated) == expected
     assert len(expected[0]) == (19_999 if layout == "cut mid-record" else 20_000)
+
+
+def test_tags_that_decode_alike_are_one_tag() -> None:
+    """Two tags whose bytes differ but are both invalid UTF-8 decode to the same text (as protobuf's parser gives
+    it): one tag, every index pointing at it."""
+    from collapse_doctor.io.event_fastpath import _tag_ids
+
+    buf = np.frombuffer(b"\xff\xfeok" + bytes(32), dtype=np.uint8)
+    names, ids = _tag_ids(buf, np.array([0, 1, 2, 0]), np.array([1, 1, 2, 1]))
+    assert names == ["\ufffd", "ok"] and ids.tolist() == [0, 0, 1, 0]
