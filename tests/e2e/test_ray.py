@@ -9,7 +9,6 @@ advantages are the same rows in the same order; a failed run is named and the ot
 
 from __future__ import annotations
 
-import itertools
 import json
 import os
 from pathlib import Path
@@ -24,7 +23,8 @@ from typer.testing import CliRunner
 from collapse_doctor import reduce
 from collapse_doctor.cli import app, main
 from collapse_doctor.cluster import normalise_ray_flag
-from tests.helpers.runs import _trl_advantage, dominant_run, simulated
+from tests.helpers.ray_runs import assert_same, multi_file_run
+from tests.helpers.runs import simulated
 from tests.helpers.tables import make_table
 
 ray = pytest.importorskip("ray", reason="the ray extra is not installed (pip install 'collapse-doctor[ray]')")
@@ -50,24 +50,6 @@ def small_shards(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(reduce, "MIN_SHARD_ROWS", 1500)
 
 
-def assert_same(local: Any, on_ray: Any, where: str = "") -> None:
-    """Equal, numbers within 1e-6 (relative and absolute): a statistic of a step is computed over the same rows,
-    but torch may sum a longer chunk's tensors in another order; everything else (codes, severities, onsets,
-    counts, texts) is equal exactly."""
-    if isinstance(local, dict) and isinstance(on_ray, dict):
-        assert local.keys() == on_ray.keys(), where
-        for key in local:
-            assert_same(local[key], on_ray[key], f"{where}.{key}")
-    elif isinstance(local, list) and isinstance(on_ray, list):
-        assert len(local) == len(on_ray), where
-        for i, (a, b) in enumerate(zip(local, on_ray, strict=True)):
-            assert_same(a, b, f"{where}[{i}]")
-    elif isinstance(local, float) and isinstance(on_ray, float):
-        assert on_ray == pytest.approx(local, rel=1e-6, abs=1e-6), where
-    else:
-        assert local == on_ray and type(local) is type(on_ray), where
-
-
 def _without_time(document: dict[str, Any]) -> dict[str, Any]:
     document = json.loads(json.dumps(document))
     for run in document.get("runs", [document]):
@@ -82,24 +64,8 @@ def _scan_json(args: list[str], tmp_path: Path, name: str) -> tuple[int, dict[st
     return result.exit_code, _without_time(json.loads(out.read_text()))
 
 
-def _multi_file_run(tmp_path: Path) -> Path:
-    """A run with findings (a binary format channel decides the advantages over a narrow score) and the
-    advantages TRL logged, in three part files whose row groups (700 rows) do not line up with the steps (128
-    rows each), so shards start and end inside row groups."""
-    table = pq.read_table(dominant_run(tmp_path / "whole.parquet"))
-    total = (table.column("reward/format").to_numpy() + table.column("reward/correct").to_numpy()).astype(np.float32)
-    table = table.append_column("advantage", pa.array(_trl_advantage(total, 8)))
-    (tmp_path / "whole.parquet").unlink()
-    root = tmp_path / "parts"
-    root.mkdir()
-    cuts = [0, 40 * 128, 86 * 128, table.num_rows]
-    for k, (a, b) in enumerate(itertools.pairwise(cuts)):
-        pq.write_table(table.slice(a, b - a), root / f"part-{k}.parquet", row_group_size=700)
-    return root
-
-
 def test_scan_of_shards_equals_the_local_scan(tmp_path: Path) -> None:
-    run = _multi_file_run(tmp_path)
+    run = multi_file_run(tmp_path)
     code, local = _scan_json([str(run)], tmp_path, "local")
     assert local["findings"], "the run is meant to have findings"
     from collapse_doctor.io.parquet import ParquetRun
@@ -116,7 +82,7 @@ def test_report_collects_the_same_histograms_and_sample(tmp_path: Path) -> None:
     from collapse_doctor.pipeline import ScanHooks, plan_scan, run_scan
     from collapse_doctor.report.collect import ReportCollector
 
-    run = _multi_file_run(tmp_path)
+    run = multi_file_run(tmp_path)
     extras = []
     for ray_address in (None, "local"):
         plan = plan_scan([run], ScanOptions.of(ray=ray_address))
@@ -135,7 +101,7 @@ def test_report_collects_the_same_histograms_and_sample(tmp_path: Path) -> None:
 
 
 def test_advantages_on_ray_writes_the_same_file(tmp_path: Path) -> None:
-    run = _multi_file_run(tmp_path)
+    run = multi_file_run(tmp_path)
     outputs = []
     for name, extra in (("local", []), ("ray", ["--ray"])):
         out = tmp_path / f"{name}.parquet"
