@@ -110,6 +110,57 @@ def shard_cost(path: Path, workers: int) -> dict[str, float]:
     return {"shards": len(shards), "rows": end - start, "seconds": seconds, "bytes": read, "pass1": pass1}
 
 
+def _imports(_: int) -> float:
+    """A task that imports what a shard task needs, timed from inside the worker."""
+    began = time.perf_counter()
+    import collapse_doctor.advantages
+    import collapse_doctor.stats  # noqa: F401
+
+    return time.perf_counter() - began
+
+
+def cluster_costs(path: Path, workers: int) -> dict[str, float]:
+    """On a cluster of ``workers`` CPUs started on this machine: connecting to it, the first tasks of a command
+    (fresh worker processes importing torch and collapse-doctor), and the run's shards with every worker busy."""
+    import functools
+
+    from collapse_doctor import reduce
+    from collapse_doctor.cluster import ray_session
+    from collapse_doctor.io.parquet import ParquetRun
+
+    start_cluster(workers)
+    try:
+        began = time.perf_counter()
+        with ray_session("auto") as executor:
+            connect = time.perf_counter() - began
+            began = time.perf_counter()
+            imports = list(executor.map(_imports, list(range(workers)), str))
+            first_tasks = time.perf_counter() - began
+            run = ParquetRun([path], check_rewards_first=False)
+            shards = [run.shard(a, b) for a, b in reduce.shard_ranges(run, executor.workers)]
+            began = time.perf_counter()
+            list(executor.map(functools.partial(reduce.reduce_shard, device="cpu"), shards, str))
+            busy = time.perf_counter() - began
+    finally:
+        subprocess.run([RAY, "stop", "--force"], capture_output=True)
+    rounds = -(-len(shards) // workers)
+    return {
+        "connect": connect,
+        "first_tasks": first_tasks,
+        "worker_imports": max(float(t) for t in imports),  # type: ignore[arg-type]
+        "shards": len(shards),
+        "per_shard_busy": busy / rounds,
+    }
+
+
+def print_cluster_costs(costs: dict[str, float], workers: int) -> None:
+    print(
+        f"cluster of {workers} CPUs: connect {costs['connect']:.2f} s; first tasks {costs['first_tasks']:.2f} s "
+        f"(imports in the worker {costs['worker_imports']:.2f} s); {costs['shards']:.0f} shards on warm workers: "
+        f"{costs['per_shard_busy']:.2f} s per shard with every worker busy"
+    )
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=20_000_000)
@@ -123,6 +174,7 @@ def main() -> int:
     big = make_file(args.rows)
     if args.cost_only:
         print_cost(shard_cost(big, 2))
+        print_cluster_costs(cluster_costs(big, 2), 2)
         return 0
     runs = sweep(args.runs, args.steps, args.groups)
     rows_per_run = args.steps * args.groups * 8
@@ -165,6 +217,7 @@ def main() -> int:
     print(f"`--ray` (no address: starts a local instance in the command) on the big run: median {own:.2f} s")
     print(f"one small run ({rows_per_run:,} rows): local {quick:.2f} s, `--ray` {quick_ray:.2f} s")
     print_cost(cost)
+    print_cluster_costs(cluster_costs(big, 2), 2)
     return 0
 
 

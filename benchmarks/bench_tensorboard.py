@@ -107,19 +107,24 @@ def timed(command: list[str]) -> tuple[float, str]:
     return elapsed, done.stdout
 
 
+def make_log(points: int) -> Path:
+    """The benchmark's event file of ``points`` scalars under benchmarks/data/ (written once)."""
+    directory = DATA / f"tensorboard_{points}"
+    path = directory / "events.out.tfevents.1700000000.bench"
+    if not path.exists():
+        directory.mkdir(parents=True, exist_ok=True)
+        started = time.perf_counter()
+        write_event_file(path, points)
+        print(f"wrote {path} ({path.stat().st_size / 2**20:.0f} MiB) in {time.perf_counter() - started:.0f} s")
+    return path
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--points", type=int, default=2_000_000)
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
-    DATA.mkdir(parents=True, exist_ok=True)
-    directory = DATA / f"tensorboard_{args.points}"
-    path = directory / "events.out.tfevents.1700000000.bench"
-    if not path.exists():
-        directory.mkdir(parents=True, exist_ok=True)
-        started = time.perf_counter()
-        write_event_file(path, args.points)
-        print(f"wrote {path} ({path.stat().st_size / 2**20:.0f} MiB) in {time.perf_counter() - started:.0f} s")
+    path = make_log(args.points)
     python = sys.executable
     scan_cmd = [python, "-m", "collapse_doctor", "scan", str(path), "--format", "json", "--device", "cpu"]
     acc_cmd = [python, "-c", ACCUMULATOR, str(path)]

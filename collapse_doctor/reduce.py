@@ -160,7 +160,7 @@ def reduce_rollouts(
     """
     try:
         builder = SeriesBuilder(run.channels, channel_pairs(run.channels))
-        shards = _shards(run, executor)
+        shards = shard_ranges(run, executor.workers) if executor is not None else []
         if executor is not None and len(shards) > 1 and all(hasattr(c, "summarizer") for c in collectors):
             if chunks is not None:
                 chunks.close()
@@ -220,10 +220,6 @@ def _reduce_chunk(
     return stacked, chunk_input, {k: v.cpu().numpy() for k, v in step_statistics(chunk_input).items()}
 
 
-def _shards(run: RolloutSource, executor: Executor | None) -> list[tuple[int, int]]:
-    return shard_ranges(run, executor.workers) if executor is not None else []
-
-
 def shard_ranges(run: Any, workers: int) -> list[tuple[int, int]]:
     """The row ranges to cut ``run`` into for ``workers`` workers (``[]``: the reader cannot be cut)."""
     shards = getattr(run, "shards", None)
@@ -235,7 +231,7 @@ def shard_ranges(run: Any, workers: int) -> list[tuple[int, int]]:
 
 def describe_shard(shard: Any) -> str:
     """``FILE rows A-B``: where a shard's rows are (for the error of a task that died)."""
-    start, end = shard._rows
+    start, end = shard.row_range
     files = shard.files
     where = str(files[0]) if len(files) == 1 else f"{files[0]} ... ({len(files)} files)"
     return f"{where} rows {start:,}-{end:,}"
@@ -271,7 +267,7 @@ def reduce_shard(shard: Any, *, device: str, summarizers: Sequence[Callable[...,
     """A worker's part of :func:`reduce_rollouts`: one shard of a run (``ParquetRun.shard``) to its steps'
     statistics and the collectors' summaries of each chunk."""
     chunks: list[tuple[np.ndarray, dict[str, np.ndarray], tuple[Any, ...]]] = []
-    first_row = shard._rows[0]
+    first_row = shard.row_range[0]
     with _chunk_workers(device) as workers:
         for stacked, chunk_input, stats in workers.map(
             functools.partial(_reduce_chunk, channels=shard.channels, weights=shard.weights, device=device),
@@ -281,4 +277,4 @@ def reduce_shard(shard: Any, *, device: str, summarizers: Sequence[Callable[...,
             chunks.append((stacked.steps, dict(stats), summaries))
             first_row += len(stacked.rewards)
             del chunk_input
-    return ShardResult(chunks=chunks, notes=shard.notes, rows=first_row - shard._rows[0])
+    return ShardResult(chunks=chunks, notes=shard.notes, rows=first_row - shard.row_range[0])

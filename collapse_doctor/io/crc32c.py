@@ -89,30 +89,50 @@ _GROUP_MIN = 64
 _GROUP_ROWS = 65_536
 
 
-def _u32_words(data: np.ndarray, align: int) -> np.ndarray:
+def word_view(data: np.ndarray, align: int) -> np.ndarray:
     """``data`` read as little-endian 32-bit words from byte ``align`` on (a view, no copy; unaligned is fine)."""
-    count = (len(data) - align) // 4
-    return np.ndarray((count,), dtype="<u4", buffer=data, offset=align)
+    return np.ndarray(((len(data) - align) // 4,), dtype="<u4", buffer=data, offset=align)
+
+
+def _by_alignment(starts: np.ndarray) -> list[tuple[int, np.ndarray, np.ndarray]]:
+    """``(align, rows, word index)`` for each alignment of ``starts`` that occurs: ``word_view(data, align)[index]``
+    is the word at each of those rows' starts."""
+    align = starts & 3
+    groups = []
+    for a in range(4):
+        rows = np.flatnonzero(align == a)
+        if len(rows):
+            groups.append((a, rows, (starts[rows] - a) >> 2))
+    return groups
+
+
+def gather_words(data: np.ndarray, starts: np.ndarray, words: int) -> np.ndarray:
+    """The ``words`` little-endian 32-bit words from each offset of ``starts``, as ``[len(starts), words]``: a
+    quarter of the gathers of a byte block. Every ``start + 4 * words`` must lie within ``data``.
+
+    >>> gather_words(np.arange(12, dtype=np.uint8), np.array([0, 1]), 2).tolist() == [
+    ...     [0x03020100, 0x07060504], [0x04030201, 0x08070605]]
+    True
+    """
+    out = np.empty((len(starts), words), dtype=np.uint32)
+    for a, rows, index in _by_alignment(starts):
+        out[rows] = word_view(data, a)[index[:, None] + np.arange(words)]
+    return out
 
 
 def _crc_fixed(data: np.ndarray, starts: np.ndarray, length: int) -> np.ndarray:
-    """CRC32C of equal-length ranges, four bytes per step: the words are gathered straight from ``data`` read as
-    32-bit words at the ranges' alignment (no byte block is built), the last ``length % 4`` bytes one by one."""
+    """CRC32C of equal-length ranges, four bytes per step: each step's word gathered for every range at once from
+    the word view at the range's alignment (column by column: no block is built), the last ``length % 4`` bytes
+    one by one."""
     crc = np.full(len(starts), 0xFFFFFFFF, dtype=np.uint32)
     words = length // 4
-    if words:
-        align = starts & 3
-        for a in range(4):
-            rows = np.flatnonzero(align == a)
-            if not len(rows):
-                continue
-            view = _u32_words(data, a)
-            base = (starts[rows] - a) >> 2
-            part = crc[rows]
-            for w in range(words):
-                x = part ^ view[base + w]
-                part = LOW16[x & 0xFFFF] ^ HIGH16[x >> 16]
-            crc[rows] = part
+    for a, rows, index in _by_alignment(starts) if words else []:
+        view = word_view(data, a)
+        part = crc[rows]
+        for w in range(words):
+            x = part ^ view[index + w]
+            part = LOW16[x & 0xFFFF] ^ HIGH16[x >> 16]
+        crc[rows] = part
     for j in range(4 * words, length):
         crc = TABLE[(crc ^ data[starts + j]) & 0xFF] ^ (crc >> 8)
     return crc ^ np.uint32(0xFFFFFFFF)

@@ -19,6 +19,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from collapse_doctor.io.crc32c import gather_words
+
 _PAD = 32
 """Bytes of zero padding after the data, so fixed-width gathers near the end stay in bounds."""
 _MAX_VARINT = 9
@@ -86,18 +88,9 @@ def _row_codes(rows: np.ndarray) -> np.ndarray:
 
 
 def _words(buf: np.ndarray, starts: np.ndarray, length: int) -> np.ndarray:
-    """The ``length`` bytes at each start as ``[n, ceil(length / 4)]`` little-endian 32-bit words (the bytes of the
-    last word beyond ``length`` zeroed): a quarter of the gathers of a byte block. ``buf`` is padded past its end."""
-    width = -(-length // 4)
-    out = np.empty((len(starts), width), dtype=np.uint32)
-    align = starts & 3
-    for a in range(4):
-        rows = np.flatnonzero(align == a)
-        if not len(rows):
-            continue
-        view = np.ndarray(((len(buf) - a) // 4,), dtype="<u4", buffer=buf, offset=a)
-        base = (starts[rows] - a) >> 2
-        out[rows] = view[base[:, None] + np.arange(width)]
+    """The ``length`` bytes at each start as 32-bit words, the bytes of the last word beyond ``length`` zeroed
+    (``buf`` is padded past its end, so the last word may be read whole)."""
+    out = gather_words(buf, starts, -(-length // 4))
     if length % 4:
         out[:, -1] &= np.uint32((1 << (8 * (length % 4))) - 1)
     return out

@@ -415,6 +415,12 @@ class ParquetRun:
             start = end
         return out
 
+    @property
+    def row_range(self) -> tuple[int, int]:
+        """The rows pass 2 reads, ``[start, end)`` over the files in order (a shard's; the whole run by default)."""
+        start, end = self._rows
+        return start, self.num_rows if end is None else end
+
     def shard(self, start: int, end: int) -> ParquetRun:
         """This run's pass 2 restricted to rows ``[start, end)`` (from :meth:`shards`), with counts of its own:
         picklable (files are reopened where it is read), its notes start empty (:meth:`add_notes` merges them)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -78,20 +79,27 @@ class DynamicWeighting:
 
     def save(self, directory: Path) -> None:
         """Write the EMA next to a checkpoint."""
-        state = {
-            "channels": list(self.channels),
-            "ema": None if self.ema is None else self.ema.tolist(),
-            "weights": None if self.last_weights is None else self.last_weights.tolist(),
-        }
-        (directory / STATE_FILE).write_text(json.dumps(state, indent=2) + "\n", encoding="utf-8")
+        extra = {"weights": None if self.last_weights is None else self.last_weights.tolist()}
+        save_state(directory / STATE_FILE, self.channels, self.ema, extra)
 
     def load(self, directory: Path) -> bool:
         """Restore the EMA saved with a checkpoint; False when the checkpoint has none for these channels."""
-        path = directory / STATE_FILE
-        if not path.is_file():
-            return False
-        state = json.loads(path.read_text(encoding="utf-8"))
-        if tuple(state.get("channels", ())) != self.channels or state.get("ema") is None:
+        state = load_state(directory / STATE_FILE, self.channels)
+        if state is None or state.get("ema") is None:
             return False
         self.ema = torch.tensor(state["ema"], dtype=torch.float64)
         return True
+
+
+def save_state(path: Path, channels: tuple[str, ...], ema: torch.Tensor | None, extra: dict[str, Any]) -> None:
+    """A checkpoint's JSON state of the per-step weights: the channels, the std EMA, and ``extra``."""
+    state = {"channels": list(channels), "ema": None if ema is None else ema.tolist(), **extra}
+    path.write_text(json.dumps(state, indent=2) + "\n", encoding="utf-8")
+
+
+def load_state(path: Path, channels: tuple[str, ...]) -> dict[str, Any] | None:
+    """What :func:`save_state` wrote, or ``None`` when there is none, or one for other channels."""
+    if not path.is_file():
+        return None
+    state = json.loads(path.read_text(encoding="utf-8"))
+    return state if tuple(state.get("channels", ())) == channels else None

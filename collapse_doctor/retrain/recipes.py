@@ -16,7 +16,6 @@ The math is :mod:`collapse_doctor.advantages`' (the one source for scan and retr
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -35,6 +34,7 @@ from collapse_doctor.advantages import (
     update_std_ema,
 )
 from collapse_doctor.integrations.rollouts import StepExtras
+from collapse_doctor.retrain.dynamic import load_state, save_state
 from collapse_doctor.retrain.schedule import RecipeSchedule
 
 if TYPE_CHECKING:
@@ -192,21 +192,13 @@ class ScheduledAdvantages:
 
     def save(self, directory: Path) -> None:
         """Write the EMA and the switch point next to a checkpoint."""
-        state = {
-            "channels": list(self.schedule.channels),
-            "ema": None if self.ema is None else self.ema.tolist(),
-            "switched_at": self.switched_at,
-            "switch_reason": self.switch_reason,
-        }
-        (directory / STATE_FILE).write_text(json.dumps(state, indent=2) + "\n", encoding="utf-8")
+        extra = {"switched_at": self.switched_at, "switch_reason": self.switch_reason}
+        save_state(directory / STATE_FILE, self.schedule.channels, self.ema, extra)
 
     def load(self, directory: Path) -> bool:
         """Restore what :meth:`save` wrote; False when the checkpoint has nothing for these channels."""
-        path = directory / STATE_FILE
-        if not path.is_file():
-            return False
-        state = json.loads(path.read_text(encoding="utf-8"))
-        if tuple(state.get("channels", ())) != self.schedule.channels:
+        state = load_state(directory / STATE_FILE, self.schedule.channels)
+        if state is None:
             return False
         if state.get("ema") is not None:
             self.ema = torch.tensor(state["ema"], dtype=torch.float64)

@@ -185,7 +185,7 @@ def test_a_task_that_dies_is_an_error_naming_its_input() -> None:
         list(executor.map(_dies, [7], lambda item: f"shard-{item}"))
 
 
-def test_bad_addresses_and_options_are_one_line(tmp_path: Path) -> None:
+def test_ray_with_a_gpu_device_is_one_line(tmp_path: Path) -> None:
     path = tmp_path / "run.parquet"
     pq.write_table(make_table(steps=12, groups=8), path)
     result = invoke(["scan", str(path), "--ray", "local", "--device", "cuda"])

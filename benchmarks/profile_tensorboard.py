@@ -1,0 +1,96 @@
+"""Where a scan of a large TensorBoard log spends its time, part by part (the TensorBoard table of docs/benchmarks.md).
+
+Run:  .venv/bin/python benchmarks/profile_tensorboard.py [--points 2000000] [--repeats 3]
+      PYTHONPATH=/path/to/an/older/checkout .venv/bin/python benchmarks/profile_tensorboard.py   # its numbers
+
+The log is the one `bench_tensorboard.py` writes (TRL tags, one `simple_value` per event). Each part is timed
+inside one in-process scan (medians over ``--repeats`` scans after a warm-up): walking the record headers
+(`tensorboard._walk`), the CRC checks (`_check_crcs`; on a second thread beside the decoding in newer code, so
+the parts can overlap), decoding the `simple_value` records (`decode_simple_values`), the whole read
+(`read_scalar_log`), the detectors (`pipeline.detect`) and the JSON document (`Diagnosis.to_json`). Start with
+PYTHONPATH pointing at another checkout to time that code with the same script.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import os
+import statistics
+import sys
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from bench_tensorboard import make_log  # noqa: E402
+
+PARTS = ("walk", "CRC checks", "decode simple values", "read scalar log (all)", "detectors", "JSON")
+
+
+def _timed(spent: dict[str, float], part: str, function: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(function)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        start = time.perf_counter()
+        try:
+            return function(*args, **kwargs)
+        finally:
+            spent[part] += time.perf_counter() - start
+
+    return wrapper
+
+
+def profile_once(path: Path) -> dict[str, float]:
+    import collapse_doctor.io.tensorboard as tensorboard
+    from collapse_doctor import pipeline
+    from collapse_doctor.options import ScanOptions
+
+    spent: dict[str, float] = defaultdict(float)
+    patches = {
+        (tensorboard, "_walk"): "walk",
+        (tensorboard, "_check_crcs"): "CRC checks",
+        (tensorboard, "decode_simple_values"): "decode simple values",
+        (pipeline, "read_scalar_log"): "read scalar log (all)",
+        (pipeline, "detect"): "detectors",
+    }
+    originals = {key: getattr(*key) for key in patches}
+    for (module, name), part in patches.items():
+        setattr(module, name, _timed(spent, part, originals[(module, name)]))
+    try:
+        start = time.perf_counter()
+        plan = pipeline.plan_scan([path], ScanOptions.of(device="cpu"))
+        diagnosis = pipeline.scan_run(plan, plan.runs[0]).diagnosis
+        json_start = time.perf_counter()
+        diagnosis.to_json()
+        spent["JSON"] = time.perf_counter() - json_start
+        spent["whole scan (in process)"] = time.perf_counter() - start
+    finally:
+        for (module, name), original in originals.items():
+            setattr(module, name, original)
+    return dict(spent)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--points", type=int, default=2_000_000)
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+    path = make_log(args.points)
+    import collapse_doctor
+
+    print(f"# {os.cpu_count()} cores, load {os.getloadavg()}, code from {Path(collapse_doctor.__file__).parent}")
+    profile_once(path)  # warm-up
+    runs = [profile_once(path) for _ in range(args.repeats)]
+    print("| part | seconds (median) |")
+    print("|---|---:|")
+    for part in (*PARTS, "whole scan (in process)"):
+        print(f"| {part} | {statistics.median(r.get(part, 0.0) for r in runs):.2f} |")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
