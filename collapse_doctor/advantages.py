@@ -24,12 +24,15 @@ and batch baselines, and a group whose values are all equal gets advantages of e
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal, get_args
-
-import torch
-from torch import Tensor
+from typing import TYPE_CHECKING, Literal, get_args
 
 from collapse_doctor.errors import DeviceError, UsageError
+
+if TYPE_CHECKING:
+    import torch
+    from torch import Tensor
+else:
+    from collapse_doctor.lazy_torch import torch
 
 Convention = Literal["trl", "verl", "paper"]
 Scale = Literal["group", "batch", "none"]
@@ -69,6 +72,34 @@ def resolve_device(device: str = "auto") -> torch.device:
             )
         return torch.device(name)
     raise UsageError(f"--device {device!r} is not one of auto, cpu, cuda", hint="use --device auto")
+
+
+def device_name(device: str = "auto") -> str:
+    """:func:`resolve_device` as a name (``cpu``, ``cuda``, ``cuda:1``), importing torch only where CUDA may exist.
+
+    ``auto`` on a machine without an NVIDIA driver is ``cpu`` at once: a scan that runs on NumPy there (the dense
+    layout) never imports torch.
+
+    >>> device_name("cpu")
+    'cpu'
+    """
+    name = device.strip().lower()
+    if name == "cpu" or (name == "auto" and not _cuda_driver_present()):
+        return "cpu"
+    return str(resolve_device(device))
+
+
+def _cuda_driver_present() -> bool:
+    """Whether the NVIDIA driver's library loads (torch cannot see a GPU without it); milliseconds, no torch."""
+    import ctypes
+
+    for library in ("libcuda.so.1", "libcuda.so", "nvcuda.dll"):
+        try:
+            ctypes.CDLL(library)
+        except OSError:
+            continue
+        return True
+    return False
 
 
 def _check_option(value: str, allowed: tuple[str, ...], option: str) -> None:

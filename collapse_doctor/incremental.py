@@ -87,12 +87,12 @@ class IncrementalScan:
         return out
 
     def _reduce_file(self, plan: ScanPlan, run: RunInputs, path: Path, signature: tuple[int, int, str]) -> _Part:
-        from collapse_doctor.advantages import resolve_device
+        from collapse_doctor.advantages import device_name
 
         alone = replace(run, rollout_files=[path], scalar_logs={})
         reader = open_rollouts(alone, plan.options.read, check_rewards_first=False)
         assert reader is not None  # a rollout kind always opens a reader
-        device = str(resolve_device(plan.options.device))
+        device = device_name(plan.options.device)
         series = reduce_rollouts(reader, device)
         summary = rollout_summary(reader, series, algorithm=("unknown", ""), device=device)
         self.files_reduced += 1

@@ -54,7 +54,7 @@ if TYPE_CHECKING:
     from collapse_doctor.io.scalar_cache import ScalarCache
     from collapse_doctor.scalars import ScalarSeries
     from collapse_doctor.series import RunSeries
-    from collapse_doctor.stats import ChunkInput
+    from collapse_doctor.stats import ChunkInput, DenseChunk
 
 __all__ = [
     "RunCollector",
@@ -80,7 +80,7 @@ __all__ = [
 class RunCollector(Protocol):
     """Keeps more of one run than its series (the HTML report): sees every chunk, finishes on the diagnosis."""
 
-    def collect(self, steps: np.ndarray, chunk: ChunkInput) -> None: ...
+    def collect(self, steps: np.ndarray, chunk: ChunkInput | DenseChunk) -> None: ...
 
     def finish(self, diagnosis: Diagnosis) -> Any: ...
 
@@ -313,9 +313,9 @@ def scan_run(
         if executor is None:  # start reading now: the first chunks are read while torch is imported
             ahead = ReadAhead(reader.iter_chunks(SCAN_CHUNK_ROWS))
         try:
-            from collapse_doctor.advantages import resolve_device
+            from collapse_doctor.advantages import device_name
 
-            device = "cpu" if executor is not None else str(resolve_device(options.device))
+            device = "cpu" if executor is not None else device_name(options.device)
         except BaseException:
             if ahead is not None:
                 ahead.close()

@@ -20,7 +20,7 @@ from collapse_doctor.series import RunSeries, SeriesBuilder, channel_pairs
 if TYPE_CHECKING:
     from collapse_doctor.batching import StackedChunk
     from collapse_doctor.cluster import Executor
-    from collapse_doctor.stats import ChunkInput
+    from collapse_doctor.stats import ChunkInput, DenseChunk
 
 SCAN_CHUNK_ROWS = 1 << 18
 """Rows per statistics pass: the statistics make many temporaries, so smaller chunks keep the peak low."""
@@ -33,7 +33,7 @@ class ChunkCollector(Protocol):
     picklable ``(steps, chunk, first_row) -> summary``) and ``absorb(steps, summary)`` lets the chunks be
     reduced elsewhere (Ray shards), with only the summaries coming back."""
 
-    def collect(self, steps: np.ndarray, chunk: ChunkInput) -> None: ...
+    def collect(self, steps: np.ndarray, chunk: ChunkInput | DenseChunk) -> None: ...
 
 
 class RolloutSource(Protocol):
@@ -208,16 +208,30 @@ def _chunk_workers(device: str) -> Any:
 
 def _reduce_chunk(
     stacked: StackedChunk, *, channels: tuple[str, ...], weights: Mapping[str, float], device: str
-) -> tuple[StackedChunk, ChunkInput, Mapping[str, Any]]:
-    """One chunk through the advantage engine and the statistics (numpy results)."""
-    from collapse_doctor.advantages import compute_advantages
-    from collapse_doctor.stats import ChunkInput, step_statistics
+) -> tuple[StackedChunk, ChunkInput | DenseChunk, Mapping[str, np.ndarray]]:
+    """One chunk through the advantage engine and the statistics (numpy results).
 
+    On CPU a chunk in the dense layout runs on NumPy (:class:`~collapse_doctor.stats.dense.DenseChunk`: no
+    torch import); any other chunk, or another device, on torch.
+    """
+    from collapse_doctor.stats import DenseChunk, dense_layout, step_statistics
+
+    num_steps = len(stacked.steps)
+    if device == "cpu":
+        g = dense_layout(stacked.rewards, stacked.group_index, stacked.num_groups, stacked.step_index, num_steps)
+        if g is not None:
+            row_weights = [weights[c] for c in channels]
+            dense = DenseChunk.from_rows(stacked.rewards, g, stacked.step_index, row_weights, num_steps, stacked.logged)
+            return stacked, dense, step_statistics(dense)
+    from collapse_doctor.advantages import compute_advantages
+    from collapse_doctor.stats import ChunkInput
+    from collapse_doctor.workers import torch_for_workers
+
+    torch_for_workers()
     rewards, group_index, step_index, weight_t, logged = stacked.tensors(channels, weights, device)
     adv = compute_advantages(rewards, group_index, weights=weight_t, step_index=step_index)
-    num = stacked.num_groups, len(stacked.steps)
-    chunk_input = ChunkInput(rewards, group_index, step_index, weight_t, adv, *num, logged)
-    return stacked, chunk_input, {k: v.cpu().numpy() for k, v in step_statistics(chunk_input).items()}
+    chunk_input = ChunkInput(rewards, group_index, step_index, weight_t, adv, stacked.num_groups, num_steps, logged)
+    return stacked, chunk_input, step_statistics(chunk_input)
 
 
 def shard_ranges(run: Any, workers: int) -> list[tuple[int, int]]:

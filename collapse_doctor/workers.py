@@ -1,11 +1,13 @@
-"""Reduce chunks on a few threads, each running torch single-threaded.
+"""Reduce chunks on a few threads, each running torch (when a chunk needs it) single-threaded.
 
 Torch's own (intra-op) threading splits every operation across cores and waits for all of them at
 the end of each one. A scan runs hundreds of small operations per chunk, so on a machine whose cores
 are also busy with something else (a training job, a test suite) each operation waits for a thread
 that is not scheduled, and a scan gets many times slower. Giving each core whole chunks instead
 (torch releases the GIL inside its kernels) keeps the same speed on an idle machine and degrades
-gracefully on a busy one. See docs/benchmarks.md.
+gracefully on a busy one. See docs/benchmarks.md. NumPy (the dense path) is single-threaded and releases the
+GIL in its loops, so the same threads serve it; torch is configured only once something imports it
+(:func:`torch_for_workers`), so a scan that never needs torch never imports it.
 """
 
 from __future__ import annotations
@@ -17,8 +19,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from types import TracebackType
 from typing import TypeVar
 
-import torch
-
+from collapse_doctor import lazy_torch
 from collapse_doctor.parallel import available_cores
 
 T = TypeVar("T")
@@ -30,7 +31,8 @@ MAX_WORKERS = 4
 
 _torch_threads_lock = threading.Lock()
 _single_depth = 0
-_saved_threads = 1
+_saved_threads: int | None = None
+"""Torch's thread count before the first open block set it to 1 (None: not set, e.g. torch not imported yet)."""
 
 
 def _single_threaded_torch(enter: bool) -> None:
@@ -38,15 +40,28 @@ def _single_threaded_torch(enter: bool) -> None:
     across threads: the thread count in effect before the first is restored when the last closes)."""
     global _single_depth, _saved_threads
     with _torch_threads_lock:
-        if enter:
-            if _single_depth == 0:
-                _saved_threads = torch.get_num_threads()
-                torch.set_num_threads(1)
-            _single_depth += 1
-        else:
-            _single_depth -= 1
-            if _single_depth == 0:
-                torch.set_num_threads(_saved_threads)
+        _single_depth += 1 if enter else -1
+        if _single_depth > 0 and _saved_threads is None and lazy_torch.imported():
+            _set_single()
+        elif _single_depth == 0 and _saved_threads is not None:
+            lazy_torch.torch.set_num_threads(_saved_threads)
+            _saved_threads = None
+
+
+def torch_for_workers() -> None:
+    """Call before a chunk's torch work: inside an open block, torch (imported now if need be) runs single-threaded."""
+    if _saved_threads is None and _single_depth > 0:
+        lazy_torch.torch.get_num_threads()  # imports torch
+        with _torch_threads_lock:
+            if _single_depth > 0 and _saved_threads is None:
+                _set_single()
+
+
+def _set_single() -> None:
+    """Torch to one thread, remembering its count (the caller holds the lock)."""
+    global _saved_threads
+    _saved_threads = lazy_torch.torch.get_num_threads()
+    lazy_torch.torch.set_num_threads(1)
 
 
 class ChunkWorkers:
@@ -57,7 +72,7 @@ class ChunkWorkers:
     """
 
     def __init__(self, device: str, workers: int | None = None) -> None:
-        on_cpu = torch.device(device).type == "cpu"
+        on_cpu = device.split(":")[0] == "cpu"
         self.workers = (workers or min(MAX_WORKERS, available_cores())) if on_cpu else 1
         self._pool: ThreadPoolExecutor | None = None
 

@@ -207,7 +207,7 @@ class RolloutMonitor:
         weights = torch.tensor([self.weights.get(c, 1.0) for c in self.channels], dtype=torch.float32)
         adv = compute_advantages(rewards, groups, weights=weights, step_index=step_index)
         chunk = ChunkInput(rewards, groups, step_index, weights, adv, offsets[-1], len(records), logged)
-        stats = {name: value.cpu().numpy() for name, value in step_statistics(chunk).items()}
+        stats = step_statistics(chunk)
         assert self._series is not None
         self._series.add(np.asarray([r.step for r in records], dtype=np.int64), stats)
         algo = "grpo" if self.algo == "grpo" else "gdpo"

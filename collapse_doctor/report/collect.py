@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from collapse_doctor.options import ReadOptions
     from collapse_doctor.result import Diagnosis
     from collapse_doctor.schema import RolloutBatch
-    from collapse_doctor.stats import ChunkInput
+    from collapse_doctor.stats import ChunkInput, DenseChunk
 
 HISTOGRAM_LIMIT = 4.0
 """Advantage bins cover [-4, 4]: a group z-score of a group of 8 stays within 2.47, of 16 within 3.75."""
@@ -117,39 +117,34 @@ class ChunkSummary:
 
 
 def summarize_chunk(
-    steps: np.ndarray, chunk: ChunkInput, first_row: int, *, limit: float, bins: int, sample_every: int
+    steps: np.ndarray, chunk: ChunkInput | DenseChunk, first_row: int, *, limit: float, bins: int, sample_every: int
 ) -> ChunkSummary:
     """Bin a chunk's GRPO and GDPO advantages per step, and take the rows ``r`` (numbered in the run from the
     chunk's ``first_row``) with ``r % sample_every == 0`` for the logged-vs-recomputed sample."""
-    import torch
+    from collapse_doctor.stats import DenseChunk
 
-    valid = ~torch.isnan(chunk.rewards).all(dim=1)
+    def host(x: Any) -> np.ndarray:
+        return x if isinstance(x, np.ndarray) else x.detach().cpu().numpy()
+
+    adv = chunk.row_advantages() if isinstance(chunk, DenseChunk) else chunk.advantages
+    grpo, gdpo = host(adv.grpo), host(adv.gdpo)
+    rewards, step_index = host(chunk.rewards), host(chunk.step_index)
+    valid = ~np.isnan(rewards).all(axis=1)
     width = 2 * limit / bins
     counts = []
-    for adv in (chunk.advantages.grpo, chunk.advantages.gdpo):
-        x = torch.nan_to_num(adv.to(torch.float64), nan=0.0).clamp(-limit, limit)
-        bin_index = ((x + limit) / width).floor().to(torch.int64).clamp(0, bins - 1)
-        key = (chunk.step_index * bins + bin_index)[valid]
-        hist = torch.bincount(key, minlength=chunk.num_steps * bins)
-        counts.append(hist.view(chunk.num_steps, bins).cpu().numpy().astype(np.int32))
-    n = chunk.rewards.shape[0]
+    for values in (grpo, gdpo):
+        x = np.clip(np.nan_to_num(values.astype(np.float64), nan=0.0), -limit, limit)
+        bin_index = np.clip(np.floor((x + limit) / width).astype(np.int64), 0, bins - 1)
+        key = (step_index * bins + bin_index)[valid]
+        hist = np.bincount(key, minlength=chunk.num_steps * bins)
+        counts.append(hist.reshape(chunk.num_steps, bins).astype(np.int32))
+    n = rewards.shape[0]
     sample = None
     if chunk.logged is not None:
-        device = chunk.rewards.device
-        rows = torch.arange((-first_row) % sample_every, n, sample_every, device=device)
-        sample = (
-            torch.stack(
-                [
-                    (rows + first_row).double(),
-                    torch.as_tensor(np.asarray(steps), device=device)[chunk.step_index[rows]].double(),
-                    chunk.logged[rows].double(),
-                    chunk.advantages.grpo[rows].double(),
-                    chunk.advantages.gdpo[rows].double(),
-                ]
-            )
-            .cpu()
-            .numpy()
-        )
+        logged = host(chunk.logged)
+        rows = np.arange((-first_row) % sample_every, n, sample_every)
+        columns = ((rows + first_row), np.asarray(steps)[step_index[rows]], logged[rows], grpo[rows], gdpo[rows])
+        sample = np.stack([np.asarray(c, dtype=np.float64) for c in columns])
     return ChunkSummary(grpo=counts[0], gdpo=counts[1], sample=sample, sample_every=sample_every, rows=n)
 
 
@@ -183,7 +178,7 @@ class ReportCollector:
         self._sample_every = 1
         self._rows_seen = 0
 
-    def collect(self, steps: np.ndarray, chunk: ChunkInput) -> None:
+    def collect(self, steps: np.ndarray, chunk: ChunkInput | DenseChunk) -> None:
         """Bin one chunk's advantages per step (``steps``: the chunk's step numbers) and sample its rows."""
         every = self._sample_every
         if chunk.logged is not None:

@@ -1,4 +1,4 @@
-"""Per-step statistics of a chunk of rollouts, as pure functions on torch tensors.
+"""Per-step statistics of a chunk of rollouts, as pure functions on arrays (torch, or NumPy for the dense path).
 
 Input is a chunk of rows from one or more training steps (:class:`ChunkInput`): ``rewards`` ``[N, C]``, a
 dense ``group_index`` (unique across the chunk), a dense ``step_index`` and the advantages recomputed by
@@ -6,15 +6,18 @@ dense ``group_index`` (unique across the chunk), a dense ``step_index`` and the 
 channel (``[S, C]``) or per step and channel pair (``[S, P]``); the detectors only ever see these small
 series, catalogued in :data:`collapse_doctor.series.SERIES`.
 
-One module per family of statistics, each with its general implementation (any layout: scatters over the
-group index, :class:`~collapse_doctor.stats.chunk.GeneralChunk`) and its dense one (consecutive equal-size
-groups without NaN, member-major views, :class:`~collapse_doctor.stats.chunk.DenseChunk`) side by side, and
-the names it produces in ``NAMES``. A test checks that both paths agree.
+One module per family of statistics, each with its general implementation (any layout, torch on any device:
+scatters over the group index, :class:`~collapse_doctor.stats.chunk.GeneralChunk`) and its dense one
+(consecutive equal-size groups without NaN on CPU, NumPy on member-major views, with the advantages computed
+from the same deviations: :class:`~collapse_doctor.stats.dense.DenseChunk`) side by side, and the names it
+produces in ``NAMES``. A test checks that both paths agree. Results are NumPy float64 arrays either way.
 """
 
 from __future__ import annotations
 
-from torch import Tensor
+from typing import Any
+
+import numpy as np
 
 from collapse_doctor.series import in_catalogue_order
 from collapse_doctor.stats import (
@@ -30,7 +33,9 @@ from collapse_doctor.stats import (
     ties,
     weightfit,
 )
-from collapse_doctor.stats.chunk import MAX_DENSE_GROUP, ChunkInput, DenseChunk, GeneralChunk, dense_group_size
+from collapse_doctor.stats.chunk import ChunkInput, GeneralChunk, dense_group_size
+from collapse_doctor.stats.dense import MAX_DENSE_GROUP, DenseChunk, dense_layout
+from collapse_doctor.stats.kernels import to_host
 from collapse_doctor.stats.outliers import OUTLIER_GAP, OUTLIER_SCALE
 from collapse_doctor.stats.silence import SILENT_SPAN
 from collapse_doctor.stats.ties import ADV_TIE_QUANTUM, DISTINCT_QUANTUM, TIE_QUANTUM
@@ -46,7 +51,9 @@ __all__ = [
     "SILENT_SPAN",
     "TIE_QUANTUM",
     "ChunkInput",
+    "DenseChunk",
     "dense_group_size",
+    "dense_layout",
     "step_statistics",
 ]
 
@@ -56,11 +63,13 @@ LOGGED_FAMILIES = (logged, weightfit)
 """The families that produce their series only when the chunk has a logged advantage."""
 
 
-def step_statistics(chunk: ChunkInput, *, allow_dense: bool = True) -> dict[str, Tensor]:
-    """Reduce a chunk to per-step statistics (float64 tensors ``[S]``, ``[S, C]`` or ``[S, P]``).
+def step_statistics(chunk: ChunkInput | DenseChunk, *, allow_dense: bool = True) -> dict[str, np.ndarray]:
+    """Reduce a chunk to per-step statistics (float64 arrays ``[S]``, ``[S, C]`` or ``[S, P]``).
 
-    Keys in :data:`collapse_doctor.series.SERIES` order; the pair-shaped series need two channels,
-    ``logged_*`` and ``wfit_*`` a logged advantage.
+    A :class:`DenseChunk` (the NumPy engine) goes through the dense path; a torch :class:`ChunkInput` too
+    when it is on CPU in the dense layout (and ``allow_dense``), else through the general path. Keys in
+    :data:`collapse_doctor.series.SERIES` order; the pair-shaped series need two channels, ``logged_*`` and
+    ``wfit_*`` a logged advantage.
 
     >>> import torch
     >>> from collapse_doctor.advantages import compute_advantages
@@ -74,14 +83,24 @@ def step_statistics(chunk: ChunkInput, *, allow_dense: bool = True) -> dict[str,
     >>> st["zero_var_share"].tolist(), st["tied_pair_share"].tolist()
     ([0.0], [0.0])
     """
-    out: dict[str, Tensor] = {}
-    g = dense_group_size(chunk) if allow_dense else None
-    if g is not None:
-        dense = DenseChunk(chunk, g)
-        for family in FAMILIES:
-            out.update(family.dense(dense))
-    else:
-        general = GeneralChunk(chunk)
-        for family in FAMILIES:
-            out.update(family.general(general))
-    return in_catalogue_order(out)
+    if isinstance(chunk, ChunkInput):
+        on_cpu = chunk.rewards.device.type == "cpu"
+        g = dense_group_size(chunk) if allow_dense and on_cpu else None
+        if g is None:
+            general = GeneralChunk(chunk)
+            out = {}
+            for family in FAMILIES:
+                out.update(
+                    {k: to_host(v) if not isinstance(v, np.ndarray) else v for k, v in family.general(general).items()}
+                )
+            return in_catalogue_order({k: np.asarray(v, dtype=np.float64) for k, v in out.items()})
+        chunk = DenseChunk.from_input(chunk, g)
+    dense: dict[str, np.ndarray] = {}
+    for family in FAMILIES:
+        dense.update({k: _on_host(v) for k, v in family.dense(chunk).items()})
+    return in_catalogue_order(dense)
+
+
+def _on_host(values: Any) -> np.ndarray:
+    """A family's result (a torch tensor on any device, or a NumPy array) as a float64 NumPy array."""
+    return np.asarray(values if isinstance(values, np.ndarray) else to_host(values), dtype=np.float64)

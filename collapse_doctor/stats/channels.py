@@ -10,11 +10,20 @@ step's ``reward_max`` (``reward_min``).
 
 from __future__ import annotations
 
-import torch
-from torch import Tensor
+from typing import TYPE_CHECKING
 
-from collapse_doctor.stats.chunk import DenseChunk, GeneralChunk
+import numpy as np
+
+from collapse_doctor.stats import dense as dense_np
+from collapse_doctor.stats.chunk import GeneralChunk
+from collapse_doctor.stats.dense import DenseChunk
 from collapse_doctor.stats.kernels import ratio
+
+if TYPE_CHECKING:
+    import torch
+    from torch import Tensor
+else:
+    from collapse_doctor.lazy_torch import torch
 
 NAMES = (
     "rel_gain",
@@ -68,22 +77,22 @@ def general(c: GeneralChunk) -> dict[str, Tensor]:
     }
 
 
-def dense(c: DenseChunk) -> dict[str, Tensor]:
+def dense(c: DenseChunk) -> dict[str, np.ndarray]:
     rewards, gps = c.member_rewards, c.gps[:, None]
     _, std = c.channel_centred
     high, low = c.member_extremes
     step_max, step_min = c.step_extremes
     top, bottom = c.constant_at
-    support = gps.expand(c.num_steps, c.num_channels)
+    support = np.repeat(gps, c.num_channels, axis=1)
     return {
         "rel_gain": c.steps_sum(high - low) / gps,
         "reward_std": c.steps_sum(std) / gps,
         "channel_zero_var_share": c.steps_sum(std == 0) / gps,
-        "reward_mean": c.steps_sum(rewards.sum(dim=-2)) / (c.gps * c.g)[:, None],
-        "reward_max": _finite_or_nan(step_max),
-        "reward_min": _finite_or_nan(step_min),
+        "reward_mean": c.steps_sum(rewards.sum(axis=-2)) / (c.gps * c.g)[:, None],
+        "reward_max": dense_np.finite_or_nan(step_max),
+        "reward_min": dense_np.finite_or_nan(step_min),
         "channel_rows": support * c.g,
-        "channel_groups": support.clone(),
+        "channel_groups": support,
         "channel_at_max_groups": c.steps_sum(top),
         "channel_at_min_groups": c.steps_sum(bottom),
     }

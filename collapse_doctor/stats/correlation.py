@@ -11,12 +11,20 @@ The support: ``corr_rows`` counts the rows with both rewards in groups that have
 from __future__ import annotations
 
 from itertools import combinations
+from typing import TYPE_CHECKING
 
-import torch
-from torch import Tensor
+import numpy as np
 
-from collapse_doctor.stats.chunk import DenseChunk, GeneralChunk
+from collapse_doctor.stats import dense as dense_np
+from collapse_doctor.stats.chunk import GeneralChunk
+from collapse_doctor.stats.dense import DenseChunk
 from collapse_doctor.stats.kernels import ratio
+
+if TYPE_CHECKING:
+    import torch
+    from torch import Tensor
+else:
+    from collapse_doctor.lazy_torch import torch
 
 NAMES = ("corr_sxy", "corr_sxx", "corr_syy", "within_corr", "corr_rows", "corr_groups")
 
@@ -47,21 +55,21 @@ def general(c: GeneralChunk) -> dict[str, Tensor]:
     }
 
 
-def dense(c: DenseChunk) -> dict[str, Tensor]:
+def dense(c: DenseChunk) -> dict[str, np.ndarray]:
     pairs = list(combinations(range(c.num_channels), 2))
     if not pairs:
         return {}
     dev = c.dev
-    squares = c.steps_sum((dev * dev).sum(dim=-2))  # [S, C]
-    sxy = torch.stack([c.steps_sum((dev[i] * dev[j]).sum(dim=0)) for i, j in pairs], 1)
-    sxx = torch.stack([squares[:, i] for i, _ in pairs], 1)
-    syy = torch.stack([squares[:, j] for _, j in pairs], 1)
-    groups = c.gps[:, None].expand(c.num_steps, len(pairs))
+    squares = c.steps_sum((dev * dev).sum(axis=-2))  # [S, C]
+    sxy = np.stack([c.steps_sum((dev[i] * dev[j]).sum(axis=0)) for i, j in pairs], 1)
+    sxx = np.stack([squares[:, i] for i, _ in pairs], 1)
+    syy = np.stack([squares[:, j] for _, j in pairs], 1)
+    groups = np.repeat(c.gps[:, None], len(pairs), axis=1)
     return {
         "corr_sxy": sxy,
         "corr_sxx": sxx,
         "corr_syy": syy,
-        "within_corr": ratio(sxy, (sxx * syy).sqrt()),
+        "within_corr": dense_np.ratio(sxy, np.sqrt(sxx * syy)),
         "corr_rows": groups * c.g,
-        "corr_groups": groups.clone(),
+        "corr_groups": groups,
     }

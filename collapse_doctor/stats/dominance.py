@@ -9,11 +9,20 @@ the denominator only.
 
 from __future__ import annotations
 
-import torch
-from torch import Tensor
+from typing import TYPE_CHECKING
 
-from collapse_doctor.stats.chunk import DenseChunk, GeneralChunk
+import numpy as np
+
+from collapse_doctor.stats import dense as dense_np
+from collapse_doctor.stats.chunk import GeneralChunk
+from collapse_doctor.stats.dense import DenseChunk
 from collapse_doctor.stats.kernels import first_argmax, ratio
+
+if TYPE_CHECKING:
+    import torch
+    from torch import Tensor
+else:
+    from collapse_doctor.lazy_torch import torch
 
 NAMES = ("dominance_grpo", "dominance_gdpo")
 
@@ -51,15 +60,30 @@ def general(c: GeneralChunk) -> dict[str, Tensor]:
     return out
 
 
-def dense(c: DenseChunk) -> dict[str, Tensor]:
+def dense(c: DenseChunk) -> dict[str, np.ndarray]:
     n_ch, S = c.num_channels, c.num_steps
     bins = n_ch + 2
-    out: dict[str, Tensor] = {}
+    out: dict[str, np.ndarray] = {}
     for name, parts, adv in (
         ("dominance_grpo", c.weighted(c.dev), c.dev_t),
         ("dominance_gdpo", c.weighted(c.zscores), c.fused),
     ):
-        codes = deciders(parts, adv) + c.group_step * bins
-        counts = torch.bincount(codes.view(-1), minlength=S * bins).view(S, bins).to(torch.float64)
-        out[name] = ratio(counts[:, :n_ch], counts[:, : n_ch + 1].sum(dim=1, keepdim=True))
+        codes = _dense_deciders(parts, adv) + c.group_step * bins
+        counts = np.bincount(codes.reshape(-1), minlength=S * bins).reshape(S, bins).astype(np.float64)
+        out[name] = dense_np.ratio(counts[:, :n_ch], counts[:, : n_ch + 1].sum(axis=1, keepdims=True))
     return out
+
+
+def _dense_deciders(parts: list[np.ndarray], adv: np.ndarray) -> np.ndarray:
+    """:func:`deciders` on NumPy arrays.
+
+    >>> _dense_deciders([np.array([2.0, -3.0, 0.0]), np.array([-1.0, 1.0, 0.0])], np.array([1.0, 1.0, 0.0]))
+    array([0, 2, 3])
+    """
+    n_ch = len(parts)
+    winner, _ = dense_np.first_argmax([np.abs(p) for p in parts])
+    decisive = parts[0]
+    for k in range(1, n_ch):
+        decisive = np.where(winner == k, parts[k], decisive)
+    code = np.where(np.sign(decisive) == np.sign(adv), winner, n_ch)
+    return np.where(np.abs(adv) <= 1e-6, n_ch + 1, code)

@@ -1,9 +1,19 @@
-"""Reductions and row operations shared by the statistic families (pure torch, no statistic of their own)."""
+"""Reductions and row operations of the general (torch) path of the statistic families, no statistic of their own.
+
+The dense path's NumPy counterparts are in :mod:`collapse_doctor.stats.dense`.
+"""
 
 from __future__ import annotations
 
-import torch
-from torch import Tensor
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+if TYPE_CHECKING:
+    import torch
+    from torch import Tensor
+else:
+    from collapse_doctor.lazy_torch import torch
 
 _MIX = (0x9E3779B97F4A7C15 - (1 << 64), 0xBF58476D1CE4E5B9 - (1 << 64), 0x94D049BB133111EB - (1 << 64))
 
@@ -85,3 +95,8 @@ def first_argmax(values: list[Tensor]) -> tuple[Tensor, Tensor]:
         index = index + better * (k - index)
         best = torch.maximum(best, value)
     return index, best
+
+
+def to_host(x: Tensor) -> np.ndarray:
+    """A tensor's values as a NumPy array (copied off the GPU; shared on CPU)."""
+    return x.detach().cpu().numpy()

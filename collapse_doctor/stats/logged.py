@@ -8,13 +8,22 @@ mean absolute difference to the recomputed GRPO and GDPO advantages and to GRPO 
 
 from __future__ import annotations
 
-import torch
-from torch import Tensor
+from typing import TYPE_CHECKING
+
+import numpy as np
 
 from collapse_doctor.advantages import grpo_advantages
 from collapse_doctor.series import SERIES
-from collapse_doctor.stats.chunk import ChunkInput, DenseChunk, GeneralChunk
+from collapse_doctor.stats import dense as dense_np
+from collapse_doctor.stats.chunk import ChunkInput, GeneralChunk
+from collapse_doctor.stats.dense import DenseChunk
 from collapse_doctor.stats.kernels import ratio, segment_extreme, segment_sum
+
+if TYPE_CHECKING:
+    import torch
+    from torch import Tensor
+else:
+    from collapse_doctor.lazy_torch import torch
 
 CANDIDATES = tuple(name.removeprefix("logged_mae_") for name in SERIES if name.startswith("logged_mae_"))
 """The recomputations a logged advantage is compared with, in the catalogue's (JSON) order."""
@@ -33,11 +42,30 @@ def general(c: GeneralChunk) -> dict[str, Tensor]:
     return _compare(c.input, c.group_rows, c.valid_row)
 
 
-def dense(c: DenseChunk) -> dict[str, Tensor]:
-    if c.input.logged is None:
+def dense(c: DenseChunk) -> dict[str, np.ndarray]:
+    if c.logged is None:
         return {}
-    group_rows = torch.full((c.num_groups,), float(c.g), dtype=torch.float64, device=c.device)
-    return _compare(c.input, group_rows, torch.ones(c.rewards.shape[0], dtype=torch.bool, device=c.device))
+    logged = c.members(c.logged)
+    has = ~np.isnan(logged)
+    bound = (c.g - 1) / c.g**0.5
+    magnitude = np.abs(logged)
+    count = c.steps_sum(has.sum(axis=0))
+    beyond = has & (magnitude.astype(np.float64) > bound + 1e-3)
+    out = {
+        "logged_rows": count,
+        "logged_abs_max": c.steps_max(np.where(has, magnitude, -np.inf).max(axis=0)).astype(np.float64),
+        "logged_beyond_bound_share": dense_np.ratio(c.steps_sum(beyond.sum(axis=0)), count),
+        "logged_bound": np.where(count > 0, float(np.float32(bound)), -np.inf),
+    }
+    candidates = {
+        **c.advantages,
+        "grpo_batch": c.grpo_scaled("batch"),
+        "grpo_none": c.grpo_scaled("none"),
+    }
+    for name, adv in candidates.items():
+        err = np.where(has, np.abs(logged - adv), 0).astype(np.float64)
+        out[f"logged_mae_{name}"] = dense_np.ratio(c.steps_sum(err.sum(axis=0)), count)
+    return out
 
 
 def _compare(chunk: ChunkInput, group_rows: Tensor, valid_row: Tensor) -> dict[str, Tensor]:

@@ -20,11 +20,20 @@ are over the big groups.
 
 from __future__ import annotations
 
-import torch
-from torch import Tensor
+from typing import TYPE_CHECKING
 
-from collapse_doctor.stats.chunk import DenseChunk, GeneralChunk
+import numpy as np
+
+from collapse_doctor.stats import dense as dense_np
+from collapse_doctor.stats.chunk import GeneralChunk
+from collapse_doctor.stats.dense import DenseChunk
 from collapse_doctor.stats.kernels import first_argmax, ratio, segment_extreme
+
+if TYPE_CHECKING:
+    import torch
+    from torch import Tensor
+else:
+    from collapse_doctor.lazy_torch import torch
 
 OUTLIER_GAP = 8.0
 """A group is outlier-dominated when its most extreme total sits this many stds of the rest away."""
@@ -103,51 +112,54 @@ def general(c: GeneralChunk) -> dict[str, Tensor]:
     return out
 
 
-def _others_std(x: Tensor, others: Tensor) -> tuple[Tensor, Tensor]:
+def _others_std(x: np.ndarray, others: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Per group (column of ``x``, ``[g, G]``): mean and std (ddof=1) of the members marked in ``others``.
 
     ``others`` marks all members but one. In float64, where float32 inputs square exactly: a rest of
     equal values has a std of exactly 0.
     """
     g = x.shape[0]
-    rest = x.double() * others
-    mean_o = rest.sum(dim=0) / (g - 1)
-    var_o = ((rest * rest).sum(dim=0) - (g - 1) * mean_o**2) / max(g - 2, 1)
-    return mean_o, var_o.clamp_min(0).sqrt()
+    rest = x.astype(np.float64) * others
+    mean_o = rest.sum(axis=0) / (g - 1)
+    var_o = ((rest * rest).sum(axis=0) - (g - 1) * mean_o**2) / max(g - 2, 1)
+    return mean_o, np.sqrt(np.maximum(var_o, 0))
 
 
-def dense(c: DenseChunk) -> dict[str, Tensor]:
+def dense(c: DenseChunk) -> dict[str, np.ndarray]:
     g, dev_t, std_t = c.g, c.dev_t, c.std_t
-    extreme_row, _ = first_argmax(list(dev_t.abs()))
-    others = (torch.arange(g, device=c.device)[:, None] != extreme_row).to(torch.float64)  # all but the extreme
+    ratio = dense_np.ratio
+    extreme_row, _ = dense_np.first_argmax(list(np.abs(dev_t)))
+    others = (np.arange(g)[:, None] != extreme_row).astype(np.float64)  # all but the extreme
     mean_o, std_o = _others_std(dev_t, others)
-    extreme = dev_t.gather(0, extreme_row[None]).squeeze(0).double()
-    distance = (extreme - mean_o).abs()
-    gap = distance / std_o.clamp_min(1e-12)
+    extreme = np.take_along_axis(dev_t, extreme_row[None], 0)[0].astype(np.float64)
+    distance = np.abs(extreme - mean_o)
+    gap = distance / np.maximum(std_o, 1e-12)
     far = distance > OUTLIER_SCALE * c.pooled_total_std[c.group_step]
     big = c.signal & (g >= 4)
-    outlier = big & (std_o > 1e-6 * std_t.double().clamp_min(1e-12)) & (gap > OUTLIER_GAP) & far
+    outlier = big & (std_o > 1e-6 * np.maximum(std_t.astype(np.float64), 1e-12)) & (gap > OUTLIER_GAP) & far
 
-    ids = torch.nonzero(outlier).squeeze(1)  # few: the lone test and the rest's std are only needed there
-    K = ids.numel()
+    ids = np.flatnonzero(outlier)  # few: the lone test and the rest's std are only needed there
     extreme_sel = extreme_row[ids][None]  # [1, K]
     dev_sel = c.dev[:, :, ids]  # [C, g, K]
-    contributions = [(dev_sel[k].gather(0, extreme_sel).squeeze(0) * w).abs() for k, w in enumerate(c.weights)]
-    decider, _ = first_argmax(contributions)
-    values = c.member_rewards[:, :, ids].gather(0, decider[None, None, :].expand(1, g, K)).squeeze(0)  # [g, K]
+    contributions = [
+        np.abs(np.take_along_axis(dev_sel[k], extreme_sel, 0)[0] * np.float32(w)) for k, w in enumerate(c.weights)
+    ]
+    decider, _ = dense_np.first_argmax(contributions)
+    values = c.member_rewards[decider, :, ids].T  # [g, K]: the deciding channel's rewards in each outlier group
     others_sel = others[:, ids] > 0
-    high = torch.where(others_sel, values, float("-inf")).amax(dim=0)
-    low = torch.where(others_sel, values, float("inf")).amin(dim=0)
-    lone = torch.zeros(c.num_groups, dtype=torch.bool, device=c.device)
+    high = np.where(others_sel, values, -np.inf).max(axis=0, initial=-np.inf)
+    low = np.where(others_sel, values, np.inf).min(axis=0, initial=np.inf)
+    lone = np.zeros(c.num_groups, dtype=bool)
     lone[ids] = high == low
     heavy = outlier & ~lone
 
     n_big = c.steps_sum(big)
     n_heavy = c.steps_sum(heavy)
     out = {"outlier_group_share": ratio(n_heavy, n_big), "outlier_lone_share": ratio(c.steps_sum(lone), n_big)}
-    heavy_ids = torch.nonzero(heavy).squeeze(1)
+    heavy_ids = np.flatnonzero(heavy)
     for name, x in c.advantages.items():
         _, std_adv_o = _others_std(x[:, heavy_ids], others[:, heavy_ids])
-        rest_std = torch.zeros(c.num_groups, dtype=torch.float64, device=c.device).index_copy_(0, heavy_ids, std_adv_o)
+        rest_std = np.zeros(c.num_groups)
+        rest_std[heavy_ids] = std_adv_o
         out[f"outlier_rest_std_{name}"] = ratio(c.steps_sum(rest_std), n_heavy)
     return out

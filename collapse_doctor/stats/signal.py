@@ -6,10 +6,17 @@
 
 from __future__ import annotations
 
-from torch import Tensor
+from typing import TYPE_CHECKING
 
-from collapse_doctor.stats.chunk import DenseChunk, GeneralChunk
+import numpy as np
+
+from collapse_doctor.stats import dense as dense_np
+from collapse_doctor.stats.chunk import GeneralChunk
+from collapse_doctor.stats.dense import DenseChunk
 from collapse_doctor.stats.kernels import ratio, segment_extreme
+
+if TYPE_CHECKING:
+    from torch import Tensor
 
 NAMES = ("zero_var_share", "gdpo_zero_var_share", "signal_share_grpo", "signal_share_gdpo")
 
@@ -31,13 +38,13 @@ def general(c: GeneralChunk) -> dict[str, Tensor]:
     }
 
 
-def dense(c: DenseChunk) -> dict[str, Tensor]:
+def dense(c: DenseChunk) -> dict[str, np.ndarray]:
     z, fused, dev_t, weight = c.zscores, c.fused, c.dev_t, c.weight_column
     var_t = c.total_ss
-    var_s = c.steps_sum((fused * fused).sum(dim=0))
+    var_s = c.steps_sum((fused * fused).sum(axis=0))
     return {
         "zero_var_share": c.steps_sum(c.std_t == 0) / c.gps,
-        "gdpo_zero_var_share": c.steps_sum((z == 0).all(dim=0).all(dim=0)) / c.gps,
-        "signal_share_grpo": ratio(c.steps_sum((c.dev * dev_t).sum(dim=-2)) * weight, var_t[:, None]),
-        "signal_share_gdpo": ratio(c.steps_sum((z * fused).sum(dim=-2)) * weight, var_s[:, None]),
+        "gdpo_zero_var_share": c.steps_sum((z == 0).all(axis=0).all(axis=0)) / c.gps,
+        "signal_share_grpo": dense_np.ratio(c.steps_sum((c.dev * dev_t).sum(axis=-2)) * weight, var_t[:, None]),
+        "signal_share_gdpo": dense_np.ratio(c.steps_sum((z * fused).sum(axis=-2)) * weight, var_s[:, None]),
     }

@@ -28,11 +28,18 @@ reward information.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-import torch
-from torch import Tensor
+import numpy as np
 
-from collapse_doctor.stats.chunk import DenseChunk, GeneralChunk
+from collapse_doctor.stats.chunk import GeneralChunk
+from collapse_doctor.stats.dense import DenseChunk
+
+if TYPE_CHECKING:
+    import torch
+    from torch import Tensor
+else:
+    from collapse_doctor.lazy_torch import torch
 
 SILENT_SPAN = 1e-4
 """A group whose advantages span less than this is silent. Exactly cancelling z-scores do not give exactly
@@ -76,16 +83,17 @@ def general(c: GeneralChunk) -> dict[str, Tensor]:
     return out
 
 
-def dense(c: DenseChunk) -> dict[str, Tensor]:
+def dense(c: DenseChunk) -> dict[str, np.ndarray]:
     top, bottom = c.constant_at
-    all_top, all_bottom = top.all(dim=0), bottom.all(dim=0)
-    rows = torch.full((c.num_groups,), float(c.g), dtype=torch.float64, device=c.device)
-    single = torch.zeros(c.num_groups, dtype=torch.bool, device=c.device)
-    out: dict[str, Tensor] = {}
+    all_top, all_bottom = top.all(axis=0), bottom.all(axis=0)
+    out: dict[str, np.ndarray] = {}
     for name, adv in c.advantages.items():
-        silent = (adv.amax(dim=0) - adv.amin(dim=0)) < SILENT_SPAN
-        near_zero = (adv.abs() < SILENT_SPAN).sum(dim=0).double()
-        out.update(_counts(name, silent, single, rows, near_zero, all_top, all_bottom, c.steps_sum))
+        silent = (adv.max(axis=0) - adv.min(axis=0)) < SILENT_SPAN
+        near_zero = (np.abs(adv) < SILENT_SPAN).sum(axis=0)
+        out[f"silent_groups_{name}"] = c.steps_sum(silent)
+        out[f"zero_adv_rows_{name}"] = c.steps_sum(np.where(silent, c.g, near_zero))  # no group of one here
+        out[f"all_pass_groups_{name}"] = c.steps_sum(silent & all_top)
+        out[f"all_fail_groups_{name}"] = c.steps_sum(silent & all_bottom)
     return out
 
 

@@ -7,11 +7,19 @@ group). ``eligible_groups`` counts the groups with at least two valid rows: the 
 
 from __future__ import annotations
 
-import torch
-from torch import Tensor
+from typing import TYPE_CHECKING
 
-from collapse_doctor.stats.chunk import DenseChunk, GeneralChunk
+import numpy as np
+
+from collapse_doctor.stats.chunk import GeneralChunk
+from collapse_doctor.stats.dense import DenseChunk
 from collapse_doctor.stats.kernels import segment_extreme, segment_sum
+
+if TYPE_CHECKING:
+    import torch
+    from torch import Tensor
+else:
+    from collapse_doctor.lazy_torch import torch
 
 NAMES = ("rollouts", "valid_rows", "groups", "eligible_groups", "group_size_min", "group_size_max")
 
@@ -29,13 +37,14 @@ def general(c: GeneralChunk) -> dict[str, Tensor]:
     }
 
 
-def dense(c: DenseChunk) -> dict[str, Tensor]:
+def dense(c: DenseChunk) -> dict[str, np.ndarray]:
     gps, g = c.gps, c.g
+    size = np.where(gps > 0, float(g), np.nan)
     return {
         "rollouts": gps * g,
         "valid_rows": gps * g,
         "groups": gps,
-        "eligible_groups": gps.clone(),
-        "group_size_min": torch.where(gps > 0, float(g), torch.nan),
-        "group_size_max": torch.where(gps > 0, float(g), torch.nan),
+        "eligible_groups": gps.copy(),
+        "group_size_min": size,
+        "group_size_max": size.copy(),
     }

@@ -17,11 +17,20 @@ among the group's valid rows (quantised to :data:`DISTINCT_QUANTUM`) per valid r
 
 from __future__ import annotations
 
-import torch
-from torch import Tensor
+from typing import TYPE_CHECKING
 
-from collapse_doctor.stats.chunk import DenseChunk, GeneralChunk
+import numpy as np
+
+from collapse_doctor.stats import dense as dense_np
+from collapse_doctor.stats.chunk import GeneralChunk
+from collapse_doctor.stats.dense import DenseChunk
 from collapse_doctor.stats.kernels import bucket_sizes, hash_rows, quantize, ratio, segment_sum
+
+if TYPE_CHECKING:
+    import torch
+    from torch import Tensor
+else:
+    from collapse_doctor.lazy_torch import torch
 
 TIE_QUANTUM = 1e-5
 """Totals closer than this count as tied (float32 sums of equal rewards differ by rounding only)."""
@@ -108,54 +117,54 @@ def _mixed_rows(bucket: Tensor, bucket_rows: Tensor, rows: Tensor, second: Tenso
     return shared[mixed[ids]]
 
 
-def dense(c: DenseChunk) -> dict[str, Tensor]:
+def dense(c: DenseChunk) -> dict[str, np.ndarray]:
     g = c.g
-    out: dict[str, Tensor] = {}
+    out: dict[str, np.ndarray] = {}
     for name, x in c.advantages.items():
-        bins = quantize(x, DISTINCT_QUANTUM, nan_free=True)
+        bins = dense_np.quantize(x, DISTINCT_QUANTUM)
         distinct = _distinct_counts(bins)
-        out[f"distinct_ratio_{name}"] = ratio(c.steps_sum(distinct * c.signal_float / g), c.num_signal)
+        out[f"distinct_ratio_{name}"] = dense_np.ratio(c.steps_sum(distinct * c.signal_float / g), c.num_signal)
 
     rewards = c.member_rewards
-    vector = hash_rows([quantize(rewards[k], TIE_QUANTUM, nan_free=True) for k in range(c.num_channels)])
-    total = quantize(c.total, TIE_QUANTUM, nan_free=True)
+    vector = dense_np.hash_rows([dense_np.quantize(rewards[k], TIE_QUANTUM) for k in range(c.num_channels)])
+    total = dense_np.quantize(c.total, TIE_QUANTUM)
     if ADV_TIE_QUANTUM != DISTINCT_QUANTUM:  # else the loop's last bins are GDPO's
-        bins = quantize(c.advantages["gdpo"], ADV_TIE_QUANTUM, nan_free=True)
+        bins = dense_np.quantize(c.advantages["gdpo"], ADV_TIE_QUANTUM)
     identical, equal_total, tied_gdpo = _pair_counts(vector, total, bins)
     differing = g * (g - 1) / 2 * c.gps - c.steps_sum(identical)
     out["differing_pairs"] = differing
-    out["tied_pair_share"] = ratio(c.steps_sum(equal_total - identical), differing)
-    out["tied_pair_share_gdpo"] = ratio(c.steps_sum(tied_gdpo), differing)
+    out["tied_pair_share"] = dense_np.ratio(c.steps_sum(equal_total - identical), differing)
+    out["tied_pair_share_gdpo"] = dense_np.ratio(c.steps_sum(tied_gdpo), differing)
     return out
 
 
-def _pair_counts(vector: Tensor, total: Tensor, adv: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+def _pair_counts(vector: np.ndarray, total: np.ndarray, adv: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per group (columns of the ``[g, G]`` keys): the pairs of members with equal ``vector``, with equal
     ``total``, and with equal ``adv`` but different ``vector``.
 
-    >>> [x.tolist() for x in _pair_counts(torch.tensor([[1], [2], [1]]), torch.tensor([[0], [0], [0]]),
-    ...                                   torch.tensor([[5], [5], [6]]))]
+    >>> [x.tolist() for x in _pair_counts(np.array([[1], [2], [1]]), np.array([[0], [0], [0]]),
+    ...                                   np.array([[5], [5], [6]]))]
     [[1], [3], [1]]
     """
     g = vector.shape[0]
-    identical = torch.zeros(vector.shape[1], dtype=torch.int64, device=vector.device)
-    equal_total, tied_adv = identical.clone(), identical.clone()
+    identical = np.zeros(vector.shape[1], dtype=np.int64)
+    equal_total, tied_adv = identical.copy(), identical.copy()
     for shift in range(1, g):
         same = vector[shift:] == vector[:-shift]
-        identical += same.sum(dim=0)
-        equal_total += (total[shift:] == total[:-shift]).sum(dim=0)
-        tied_adv += ((adv[shift:] == adv[:-shift]) & ~same).sum(dim=0)
+        identical += same.sum(axis=0)
+        equal_total += (total[shift:] == total[:-shift]).sum(axis=0)
+        tied_adv += ((adv[shift:] == adv[:-shift]) & ~same).sum(axis=0)
     return identical, equal_total, tied_adv
 
 
-def _distinct_counts(keys: Tensor) -> Tensor:
+def _distinct_counts(keys: np.ndarray) -> np.ndarray:
     """Per group (column of ``keys``, ``[g, G]``): how many distinct keys it holds.
 
-    >>> _distinct_counts(torch.tensor([[1, 5], [2, 5], [1, 5], [3, 5]])).tolist()
+    >>> _distinct_counts(np.array([[1, 5], [2, 5], [1, 5], [3, 5]])).tolist()
     [3, 1]
     """
     g = keys.shape[0]
-    repeated = torch.zeros(keys.shape, dtype=torch.bool, device=keys.device)  # equals an earlier member
+    repeated = np.zeros(keys.shape, dtype=bool)  # equals an earlier member
     for shift in range(1, g):
         repeated[shift:] |= keys[shift:] == keys[:-shift]
-    return g - repeated.sum(dim=0)
+    return g - repeated.sum(axis=0)

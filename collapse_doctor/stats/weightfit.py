@@ -34,16 +34,25 @@ is small exactly where the subtraction would cancel.
 
 from __future__ import annotations
 
-import torch
-from torch import Tensor
+from typing import TYPE_CHECKING
 
-from collapse_doctor.stats.chunk import DenseChunk, GeneralChunk
+import numpy as np
+
+from collapse_doctor.stats.chunk import GeneralChunk
+from collapse_doctor.stats.dense import DenseChunk
+from collapse_doctor.stats.kernels import to_host
+
+if TYPE_CHECKING:
+    import torch
+    from torch import Tensor
+else:
+    from collapse_doctor.lazy_torch import torch
 
 ALGORITHMS = ("grpo", "gdpo")
 NAMES = tuple(f"wfit_{name}_{part}" for name in ALGORITHMS for part in ("diag", "off", "norm"))
 
 
-def general(c: GeneralChunk) -> dict[str, Tensor]:
+def general(c: GeneralChunk) -> dict[str, np.ndarray]:
     if c.input.logged is None:
         return {}
     logged = c.input.logged.to(c.rewards.dtype)
@@ -76,44 +85,44 @@ def general(c: GeneralChunk) -> dict[str, Tensor]:
     keep_s = (aa_s > 0).double()
     inverse_s = keep_s / aa_s.clamp_min(1e-300)
     gdpo = [(zz[k] - za[i] * za[j] * inverse_s) * keep_s for k, (i, j) in enumerate(entries)]
-    return _pack(entries, grpo, grpo_norm, gdpo, _trace(zz, entries) * keep_s)
+    host = [[to_host(x) for x in part] for part in (grpo, gdpo)]
+    return _pack(entries, host[0], to_host(grpo_norm), host[1], to_host(_trace(zz, entries) * keep_s))
 
 
-def dense(c: DenseChunk) -> dict[str, Tensor]:
-    if c.input.logged is None:
+def dense(c: DenseChunk) -> dict[str, np.ndarray]:
+    if c.logged is None:
         return {}
-    logged = c.members(c.input.logged.to(c.rewards.dtype))
-    has = ~torch.isnan(logged)
-    a = torch.nan_to_num(logged, nan=0.0)
-    deviations, zscores = list(c.dev.unbind(0)), list(c.zscores.unbind(0))
+    logged = c.members(c.logged)
+    has = ~np.isnan(logged)
+    a = np.nan_to_num(logged, nan=0.0)
+    deviations, zscores = list(c.dev), list(c.zscores)
     if not bool(has.all()):
-        mask = has.to(a.dtype)
+        mask = has.astype(a.dtype)
         deviations, zscores = [d * mask for d in deviations], [z * mask for z in zscores]
 
-    def dot(x: Tensor, y: Tensor) -> Tensor:
+    def dot(x: np.ndarray, y: np.ndarray) -> np.ndarray:
         """Per group over its members (``[g, G]`` -> ``[G]``), float64."""
-        return torch.linalg.vecdot(x, y, dim=0).double()
+        return (x * y).sum(axis=0).astype(np.float64)
 
     entries = _entries(c.num_channels)
     aa = dot(a, a)
-    keep = (aa > 0).double()
-    inverse = keep / aa.clamp_min(1e-300)
+    keep = (aa > 0).astype(np.float64)
+    inverse = keep / np.maximum(aa, 1e-300)
     # GRPO: each group's deviations off its logged advantages, R = D - A (A^T D) / |A|^2, and M = R^T R;
     # |D_k|^2 = |R_k|^2 + (A^T D_k)^2 / |A|^2 gives the norm.
     along = [dot(d, a) for d in deviations]
-    residuals = [torch.addcmul(d, a, (u * inverse).float(), value=-1.0) for d, u in zip(deviations, along, strict=True)]
+    residuals = [d - a * (u * inverse).astype(np.float32) for d, u in zip(deviations, along, strict=True)]
     gram = [dot(residuals[i], residuals[j]) for i, j in entries]
     grpo = [c.steps_sum(x * keep) for x in gram]
     squares = [gram[k] for k, (i, j) in enumerate(entries) if i == j]
     grpo_norm = c.steps_sum(sum((r + u * u * inverse for r, u in zip(squares, along, strict=True)), aa * 0) * keep)
     # GDPO: the same over the step
     aa_s = c.steps_sum(aa)
-    keep_s = (aa_s > 0).double()
-    inverse_s = keep_s / aa_s.clamp_min(1e-300)
+    keep_s = (aa_s > 0).astype(np.float64)
+    inverse_s = keep_s / np.maximum(aa_s, 1e-300)
     along_s = [c.steps_sum(dot(z, a)) for z in zscores]
     residuals = [
-        torch.addcmul(z, a, (u * inverse_s)[c.group_step].float(), value=-1.0)
-        for z, u in zip(zscores, along_s, strict=True)
+        z - a * (u * inverse_s)[c.group_step].astype(np.float32) for z, u in zip(zscores, along_s, strict=True)
     ]
     gdpo = [c.steps_sum(dot(residuals[i], residuals[j])) * keep_s for i, j in entries]
     squares = [gdpo[k] for k, (i, j) in enumerate(entries) if i == j]
@@ -132,14 +141,19 @@ def _trace(entries_values: list[Tensor], entries: list[tuple[int, int]]) -> Tens
 
 
 def _pack(
-    entries: list[tuple[int, int]], grpo: list[Tensor], grpo_norm: Tensor, gdpo: list[Tensor], gdpo_norm: Tensor
-) -> dict[str, Tensor]:
-    """The six series from the per-step matrix entries (``[S]`` each, :func:`_entries` order) and norms."""
-    out: dict[str, Tensor] = {}
+    entries: list[tuple[int, int]],
+    grpo: list[np.ndarray],
+    grpo_norm: np.ndarray,
+    gdpo: list[np.ndarray],
+    gdpo_norm: np.ndarray,
+) -> dict[str, np.ndarray]:
+    """The six series from the per-step matrix entries (``[S]`` each on the host, :func:`_entries` order) and
+    norms."""
+    out: dict[str, np.ndarray] = {}
     for name, m, norm in (("grpo", grpo, grpo_norm), ("gdpo", gdpo, gdpo_norm)):
-        out[f"wfit_{name}_diag"] = torch.stack([x for x, (i, j) in zip(m, entries, strict=True) if i == j], dim=1)
+        out[f"wfit_{name}_diag"] = np.stack([x for x, (i, j) in zip(m, entries, strict=True) if i == j], axis=1)
         off = [x for x, (i, j) in zip(m, entries, strict=True) if i != j]
         if off:
-            out[f"wfit_{name}_off"] = torch.stack(off, dim=1)
+            out[f"wfit_{name}_off"] = np.stack(off, axis=1)
         out[f"wfit_{name}_norm"] = norm
     return out

@@ -57,3 +57,32 @@ def test_a_scalar_only_scan_does_not_import_torch() -> None:
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.split() == ["True", "False"]
+
+
+def test_a_dense_cpu_scan_runs_on_numpy_and_does_not_import_torch(tmp_path: Path) -> None:
+    """A run in the dense layout (consecutive groups of 8, no NaN) on CPU: the NumPy engine, no torch import;
+    the same rows with one NaN reward need the general (torch) path."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rng = np.random.default_rng(0)
+    n = 8 * 16 * 4
+    table = {
+        "step": np.repeat(np.arange(4), n // 4),
+        "group_id": np.repeat(np.arange(n // 8), 8),
+        "reward_format": rng.integers(0, 2, n).astype(np.float32),
+        "reward_correct": rng.random(n).astype(np.float32),
+    }
+    dense = tmp_path / "dense.parquet"
+    pq.write_table(pa.table(table), dense)
+    table["reward_correct"][5] = np.nan
+    with_nan = tmp_path / "nan.parquet"
+    pq.write_table(pa.table(table), with_nan)
+    code = (
+        "import sys\nfrom collapse_doctor import diagnose\n"
+        "d = diagnose([sys.argv[1]])\nprint(d.run.rollouts, 'torch' in sys.modules)"
+    )
+    for path, imported in ((dense, "False"), (with_nan, "True")):
+        done = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, check=True)
+        assert done.stdout.split() == [str(n), imported], path

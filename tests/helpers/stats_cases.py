@@ -53,7 +53,7 @@ class Case:
 
     @cached_property
     def stats(self) -> dict[str, np.ndarray]:
-        return {k: v.numpy() for k, v in step_statistics(self.chunk, allow_dense=self.allow_dense).items()}
+        return step_statistics(self.chunk, allow_dense=self.allow_dense)
 
     @property
     def grpo(self) -> np.ndarray:

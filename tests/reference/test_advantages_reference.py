@@ -559,3 +559,80 @@ def test_weights_format_and_correct():
     z = (rewards - 0.5) / (np.sqrt(1 / 3) + 1e-4)
     s = z[:, 0] + 0.5 * z[:, 1]
     check(res.gdpo, (s - s.mean()) / (s.std(ddof=1) + 1e-4), "gdpo")
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The dense (NumPy) engine: the same references, and the torch engine on the same rows
+# ---------------------------------------------------------------------------------------------------------
+
+
+def run_dense_engine(rewards, group_size, step, weights, scale, convention):
+    """(grpo, gdpo, zscores) row by row from :class:`collapse_doctor.stats.dense.DenseChunk` (no torch)."""
+    from collapse_doctor.stats.dense import DenseChunk, dense_layout
+
+    step = np.asarray(step, dtype=np.int64)
+    group = np.arange(rewards.shape[0]) // group_size
+    num_steps = int(step.max()) + 1
+    assert dense_layout(rewards, group, int(group.max()) + 1, step, num_steps) == group_size
+    chunk = DenseChunk(rewards, group_size, step, list(weights), num_steps=num_steps, convention=convention)
+    grpo = chunk.advantages["grpo"] if scale == "group" else chunk.grpo_scaled(scale)
+    return chunk.rows(grpo), chunk.rows(chunk.advantages["gdpo"]), chunk.rows(chunk.zscores)
+
+
+@pytest.mark.parametrize("convention", CONVENTIONS)
+@pytest.mark.parametrize("scale", SCALES)
+@pytest.mark.parametrize("group_size", [2, 4, 8, 16])
+def test_dense_engine_matches_trl_literal_per_step(convention, scale, group_size):
+    """Steps of 3, 5 and 4 groups without NaN: each step is TRL's code on that step's batch, to 1e-5."""
+    weights = np.array([1.0, 0.5, 2.0])
+    blocks = [contiguous_batch(300 + 10 * s + group_size, group_size, n, nan=False) for s, n in enumerate((3, 5, 4))]
+    eps = EPS[convention]
+    expected = [
+        np.concatenate(
+            [trl_sum_then_normalize_literal(b.astype(np.float64), weights, group_size, scale, eps) for b in blocks]
+        ),
+        *(
+            np.concatenate(part)
+            for part in zip(
+                *(trl_normalize_then_sum_literal(b.astype(np.float64), weights, group_size, eps) for b in blocks),
+                strict=True,
+            )
+        ),
+    ]
+    rewards = np.concatenate(blocks)
+    step = np.concatenate([np.full(b.shape[0], s) for s, b in enumerate(blocks)])
+    grpo, gdpo, z = run_dense_engine(rewards, group_size, step, weights.tolist(), scale, convention)
+    for got, want, what in zip((grpo, gdpo, z), expected, ("grpo", "gdpo", "zscores"), strict=True):
+        np.testing.assert_allclose(got.astype(np.float64), want, rtol=0, atol=ATOL, err_msg=what)
+
+
+@pytest.mark.parametrize("convention", CONVENTIONS)
+@pytest.mark.parametrize("scale", SCALES)
+@pytest.mark.parametrize("seed", [0, 1])
+def test_dense_engine_matches_reference_and_torch_on_discrete_rewards(convention, scale, seed):
+    """Coarse rewards (constant groups, ties, a constant step): the loop reference to 1e-5, exact zeros where the
+    reference has a constant group, and the torch engine on the same rows to 1e-6."""
+    rng = np.random.default_rng(seed)
+    group_size, groups_per_step = 4, (6, 3, 5)
+    n = group_size * sum(groups_per_step)
+    rewards = np.stack(
+        [rng.integers(0, 2, n), rng.choice([0.0, 0.25, 1.0], n), rng.integers(0, 3, n) * 0.5], axis=1
+    ).astype(np.float32)
+    rewards[: group_size * 2] = [1.0, 0.25, 0.5]  # two constant groups
+    step = np.repeat(np.arange(3), [group_size * k for k in groups_per_step])
+    rewards[step == 1] = [0.0, 1.0, 1.0]  # a constant step
+    weights = [1.0, 0.5, 2.0]
+    grpo, gdpo, z = run_dense_engine(rewards, group_size, step, weights, scale, convention)
+    groups = list(np.arange(n) // group_size)
+    expected_grpo, expected_gdpo, expected_z = reference(
+        rewards.astype(np.float64), groups, list(step), weights, scale, convention
+    )
+    np.testing.assert_allclose(grpo, expected_grpo, rtol=0, atol=ATOL)
+    np.testing.assert_allclose(gdpo, expected_gdpo, rtol=0, atol=ATOL)
+    np.testing.assert_allclose(z, expected_z, rtol=0, atol=ATOL)
+    assert grpo[: group_size * 2].tolist() == [0.0] * (group_size * 2)
+    assert z[: group_size * 2].tolist() == [[0.0] * 3] * (group_size * 2)
+    assert gdpo[step == 1].tolist() == [0.0] * int((step == 1).sum())
+    torch_res = run_engine(rewards, np.arange(n) // group_size, step, weights, scale, convention)
+    for got, other in ((grpo, torch_res.grpo), (gdpo, torch_res.gdpo), (z, torch_res.zscores)):
+        np.testing.assert_allclose(got, other.numpy(), rtol=0, atol=1e-6)

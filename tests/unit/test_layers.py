@@ -32,6 +32,7 @@ VALUES = {
 """Frozen values and pure helpers every layer shares; they import only each other."""
 ENGINE = {
     "advantages",
+    "lazy_torch",
     "stats",
     "batching",
     "workers",

@@ -9,7 +9,8 @@ import pytest
 
 from collapse_doctor import stats
 from collapse_doctor.series import SERIES, RunSeries, SeriesBuilder, channel_pairs, in_catalogue_order
-from collapse_doctor.stats.chunk import DenseChunk, GeneralChunk
+from collapse_doctor.stats.chunk import GeneralChunk
+from collapse_doctor.stats.dense import DenseChunk
 from tests.helpers.stats_cases import LAYOUTS, make_case
 
 
@@ -45,7 +46,7 @@ def test_statistics_are_the_catalogue(layout: str, channels: int, logged: bool) 
 @pytest.mark.parametrize("layout", ["dense", "messy"])
 def test_each_family_produces_only_its_names(layout: str) -> None:
     case = make_case(layout, channels=3, logged=True)
-    prepared = DenseChunk(case.chunk, 8) if layout == "dense" else GeneralChunk(case.chunk)
+    prepared = DenseChunk.from_input(case.chunk, 8) if layout == "dense" else GeneralChunk(case.chunk)
     for family in stats.FAMILIES:
         out = family.dense(prepared) if isinstance(prepared, DenseChunk) else family.general(prepared)
         assert set(out) == set(family.NAMES), family.__name__

@@ -96,7 +96,7 @@ def _run(weights: list[float], *, algorithm: str, layout: str, scale: str = "gro
 
 def _accumulated(chunk: ChunkInput, algorithm: str, allow_dense: bool) -> tuple[np.ndarray, float]:
     """The fit matrix summed over steps and its norm."""
-    st = {k: v.numpy() for k, v in step_statistics(chunk, allow_dense=allow_dense).items()}
+    st = step_statistics(chunk, allow_dense=allow_dense)
     C = chunk.rewards.shape[1]
     m = np.diag(st[f"wfit_{algorithm}_diag"].sum(axis=0))
     for k, (i, j) in enumerate(combinations(range(C), 2)):
