@@ -9,8 +9,9 @@ in fresh subprocesses):
   loads), against a bare `python -c pass`;
 - discover + open: `plan_scan` and opening the reader (pass 1 over the step column, the footers);
 - read: pass 2, pulling the reader's chunks (Parquet decode, grouping, stacking; the NaN/inf checks);
-- advantages: `compute_advantages` on each chunk (tensors included);
-- statistics: `step_statistics` on each chunk, and gathering the series;
+- advantages: `compute_advantages` on each chunk (the general, torch path), or for a chunk in the dense layout
+  (NumPy, `DenseChunk`) its z-scores, GRPO and GDPO advantages, asked for before the statistics;
+- statistics: `step_statistics` on each chunk (without the dense path's advantages), and gathering the series;
 - summary + detectors: algorithm detection, the run summary, the channel table, every detector;
 - output: the text report rendered to a string.
 
@@ -100,8 +101,21 @@ def profile_once(path: Path, workers: int | None) -> dict[str, float]:
     timed(pipeline, "open_rollouts", "discover + open")
     timed(pipeline, "plan_scan", "discover + open")
     timed_iter(ParquetRun, "iter_chunks", "read")
-    timed(advantages, "compute_advantages", "advantages")
+    timed(advantages, "compute_advantages", "advantages")  # the general (torch) path
     timed(stats, "step_statistics", "statistics")
+    dense_statistics = stats.step_statistics
+
+    def dense_split(chunk: object, **kwargs: object) -> object:
+        """The dense (NumPy) path computes the advantages inside the chunk, from the deviations the statistics
+        read: they are timed as "advantages" by asking for them first (z-scores, GRPO, GDPO)."""
+        if isinstance(chunk, stats.DenseChunk):
+            start = time.perf_counter()
+            chunk.advantages  # noqa: B018
+            chunk.zscores  # noqa: B018
+            spent["advantages"] += time.perf_counter() - start
+        return dense_statistics(chunk, **kwargs)  # type: ignore[arg-type]
+
+    stats.step_statistics = dense_split  # type: ignore[assignment]
     timed(pipeline, "detect", "summary + detectors")
     timed(pipeline, "rollout_summary", "summary + detectors")
     timed(pipeline, "detect_algorithm", "summary + detectors")
@@ -158,13 +172,15 @@ def main() -> int:
     print("|---|---:|---:|")
     print(f"| start-up: python | {boot['python']:.2f} | |")
     print(f"| start-up: import collapse_doctor.cli | {boot['import cli'] - boot['python']:.2f} | |")
-    print(f"| start-up: + import torch | {boot['import cli + torch'] - boot['import cli']:.2f} | |")
+    torch_import = boot["import cli + torch"] - boot["import cli"]
+    print(f"| (not paid here) import torch: general layouts, CUDA | {torch_import:.2f} | |")
     for stage in stages:
         print(f"| {stage} | {median[stage]:.2f} | {median[stage] / median['whole scan']:.0%} |")
     rest = median["whole scan"] - sum(median[s] for s in stages)
     print(f"| other (gathering, trimming, glue) | {rest:.2f} | {rest / median['whole scan']:.0%} |")
     print(f"| whole scan, one thread (in process) | {median['whole scan']:.2f} | |")
     print(f"| whole scan, one thread per core (in process) | {statistics.median(threads):.2f} | |")
+    print(f"# torch imported by the scans: {'torch' in sys.modules}")
     return 0
 
 

@@ -101,12 +101,29 @@ def first_argmax(values: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     >>> index.tolist(), best.tolist()
     ([1, 0], [3.0, 5.0])
     """
-    best, index = values[0], np.zeros(values[0].shape, dtype=np.int64)
-    for k, value in enumerate(values[1:], start=1):
-        better = value > best
-        index[better] = k
-        best = np.maximum(best, value)
+    index, best, _ = largest_magnitude(values, magnitude=False)
     return index, best
+
+
+def largest_magnitude(values: list[np.ndarray], *, magnitude: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per entry: the index of the array with the largest ``|value|`` (the first on ties), that ``|value|``, and
+    the signed value there. ``magnitude=False`` compares the values themselves. A few passes of ``where`` and
+    ``maximum``; NumPy's argmax over a short first axis copies and runs many times slower.
+
+    >>> index, size, value = largest_magnitude([np.array([1.0, -5.0]), np.array([-3.0, 5.0])])
+    >>> index.tolist(), size.tolist(), value.tolist()
+    ([1, 0], [3.0, 5.0], [-3.0, -5.0])
+    """
+    value = values[0]
+    best = np.abs(value) if magnitude else value
+    index = np.zeros(value.shape, dtype=np.int64)
+    for k, candidate in enumerate(values[1:], start=1):
+        size = np.abs(candidate) if magnitude else candidate
+        better = size > best
+        index = np.where(better, k, index)
+        value = np.where(better, candidate, value)
+        best = np.maximum(best, size)
+    return index, best, value
 
 
 def inverse_denominator(std: np.ndarray, convention: str) -> np.ndarray:
@@ -219,12 +236,12 @@ class DenseChunk:
 
     def steps_sum(self, x: np.ndarray) -> np.ndarray:
         """Per-group values ``[G]`` or ``[K, G]`` summed per step: ``[S]`` or ``[S, K]`` (float64)."""
-        x = np.asarray(x, dtype=np.float64)
+        x = np.asarray(x)
         if x.ndim == 1:
-            return np.add.reduceat(x, self._starts)
+            return np.add.reduceat(x, self._starts, dtype=np.float64)
         if x.shape[0] == 0:
             return np.zeros((self.num_steps, 0))
-        return np.ascontiguousarray(np.add.reduceat(x, self._starts, axis=1).T)
+        return np.ascontiguousarray(np.add.reduceat(x, self._starts, axis=1, dtype=np.float64).T)
 
     def steps_max(self, x: np.ndarray) -> np.ndarray:
         """Per-group values ``[G]`` or ``[K, G]``: the step's largest, ``[S]`` or ``[S, K]``, in their dtype."""
@@ -263,8 +280,9 @@ class DenseChunk:
         return deviation.astype(x.dtype), std.astype(x.dtype)
 
     def weighted(self, parts: np.ndarray | list[np.ndarray]) -> list[np.ndarray]:
-        """Channel parts ``[C, ...]`` times their weights, one array per channel."""
-        return [parts[c] * np.float32(self.weights[c]) for c in range(self.num_channels)]
+        """Channel parts ``[C, ...]`` times their weights, one array per channel (a weight of 1 multiplies nothing:
+        the part itself, not a copy; do not write into it)."""
+        return [parts[c] if w == 1.0 else parts[c] * np.float32(w) for c, w in enumerate(self.weights)]
 
     @staticmethod
     def channel_sum(parts: list[np.ndarray]) -> np.ndarray:
