@@ -222,7 +222,9 @@ def _reduce_chunk(
         if g is not None:
             row_weights = [weights[c] for c in channels]
             dense = DenseChunk.from_rows(stacked.rewards, g, stacked.step_index, row_weights, num_steps, stacked.logged)
-            return stacked, dense, step_statistics(dense)
+            stats = step_statistics(dense)
+            dense.release()
+            return stacked, dense, stats
     from collapse_doctor.advantages import compute_advantages
     from collapse_doctor.stats import ChunkInput
     from collapse_doctor.workers import torch_for_workers

@@ -84,8 +84,9 @@ def step_statistics(chunk: ChunkInput | DenseChunk, *, allow_dense: bool = True)
     ([0.0], [0.0])
     """
     if isinstance(chunk, ChunkInput):
-        on_cpu = chunk.rewards.device.type == "cpu"
-        g = dense_group_size(chunk) if allow_dense and on_cpu else None
+        # the dense path computes in float32, as the engine does: float64 inputs keep their precision on torch
+        float32_on_cpu = chunk.rewards.device.type == "cpu" and str(chunk.rewards.dtype) == "torch.float32"
+        g = dense_group_size(chunk) if allow_dense and float32_on_cpu else None
         if g is None:
             general = GeneralChunk(chunk)
             out = {}

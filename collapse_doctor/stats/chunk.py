@@ -111,6 +111,11 @@ class GeneralChunk:
     def total(self) -> Tensor:
         """``[N]`` weighted total reward ``t`` (NaN rewards skipped; NaN on all-NaN rows)."""
         r = self.rewards
+        if not any(self.column_has_nan):  # channel after channel, as the advantage engine sums them
+            total = self.columns[0] * self.weights[0]
+            for k in range(1, self.num_channels):
+                total = total + self.columns[k] * self.weights[k]
+            return total
         nan = torch.full((self.num_rows,), torch.nan, device=self.device)
         return torch.where(self.valid_row, (r * self.weights).nansum(dim=1), nan)
 

@@ -49,6 +49,8 @@ def dense_layout(
     if not np.array_equal(group_index, np.arange(n) // g):
         return None
     steps = step_index[::g]
+    if not bool((step_index.reshape(-1, g) == steps[:, None]).all()):
+        return None  # a group's rows in different steps
     d = np.diff(steps)
     if steps[0] != 0 or steps[-1] != num_steps - 1 or not bool(((d == 0) | (d == 1)).all()):
         return None  # a step without a group (or unsorted steps): the reductions per step need each step's groups
@@ -82,7 +84,8 @@ def finite_or_nan(x: np.ndarray) -> np.ndarray:
 
 def quantize(values: np.ndarray, quantum: float) -> np.ndarray:
     """Integer bins of width ``quantum`` (the values hold no NaN)."""
-    return np.round(values.astype(np.float64) / quantum).astype(np.int64)
+    with np.errstate(invalid="ignore"):  # beyond int64 (totals above 9e13): one bin, as torch saturates
+        return np.round(values.astype(np.float64) / quantum).astype(np.int64)
 
 
 def hash_rows(columns: list[np.ndarray]) -> np.ndarray:
@@ -358,6 +361,13 @@ class DenseChunk:
             return self.dev_t
         _, std = self.step_std(self.total)
         return self.dev_t * self.per_group(inverse_denominator(std, self.convention))[None, :]
+
+    def release(self) -> None:
+        """Drop the intermediates the statistics needed, keeping the advantages (what a collector reads): a chunk
+        waiting for its turn in the in-order merge then holds a few MB, not tens."""
+        for name in list(vars(self)):
+            if name not in {"advantages", "zscores"} and isinstance(getattr(type(self), name, None), cached_property):
+                del self.__dict__[name]
 
     def row_advantages(self) -> RowAdvantages:
         """The advantages in the chunk's row order (what the collectors read)."""

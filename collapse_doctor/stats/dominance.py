@@ -16,7 +16,7 @@ import numpy as np
 from collapse_doctor.stats import dense as dense_np
 from collapse_doctor.stats.chunk import GeneralChunk
 from collapse_doctor.stats.dense import DenseChunk
-from collapse_doctor.stats.kernels import first_argmax, ratio
+from collapse_doctor.stats.kernels import ratio
 
 if TYPE_CHECKING:
     import torch
@@ -27,8 +27,15 @@ else:
 NAMES = ("dominance_grpo", "dominance_gdpo")
 
 
+TIE_TOLERANCE = 1e-6
+"""Contributions within this share of the largest count as tied, and the first channel of a tie decides:
+mathematically equal contributions (``|w_a z_a| = |w_b z_b|``) differ by float32 rounding, which torch and NumPy
+round differently, and rounding must not pick the deciding channel."""
+
+
 def deciders(parts: list[Tensor], adv: Tensor) -> Tensor:
-    """Per row: the channel whose contribution is largest and agrees in sign with ``adv``.
+    """Per row: the channel whose contribution is largest (the first within :data:`TIE_TOLERANCE` of the largest)
+    and agrees in sign with ``adv``.
 
     ``C`` (the number of channels) where the largest one disagrees, ``C + 1`` where ``adv`` carries no signal.
 
@@ -36,11 +43,20 @@ def deciders(parts: list[Tensor], adv: Tensor) -> Tensor:
     tensor([0, 2, 3])
     """
     n_ch = len(parts)
-    winner, _ = first_argmax([p.abs() for p in parts])
+    sizes = [p.abs() for p in parts]
+    best = sizes[0]
+    for size in sizes[1:]:
+        best = torch.maximum(best, size)
+    near = best * (1 - TIE_TOLERANCE)
+    winner = torch.zeros(best.shape, dtype=torch.int64, device=best.device)
     decisive = parts[0]
-    for k in range(1, n_ch):
-        take = (winner == k).to(parts[k].dtype)
-        decisive = decisive + take * (parts[k] - decisive)
+    for k in range(n_ch - 1, 0, -1):  # the last assignment is the first channel within the tolerance
+        take = sizes[k] >= near
+        winner = torch.where(take, k, winner)
+        decisive = torch.where(take, parts[k], decisive)
+    first = sizes[0] >= near
+    winner = torch.where(first, 0, winner)
+    decisive = torch.where(first, parts[0], decisive)
     agrees = (torch.sign(decisive) == torch.sign(adv)).to(torch.int64)
     code = n_ch + agrees * (winner - n_ch)
     silent = (adv.abs() <= 1e-6).to(torch.int64)
@@ -73,7 +89,8 @@ def dense(c: DenseChunk) -> dict[str, np.ndarray]:
 
 def _dense_decisions(parts: list[np.ndarray], adv: np.ndarray) -> tuple[list[np.ndarray], np.ndarray]:
     """:func:`deciders` counted per group on NumPy ``[g, G]`` arrays: for each channel, the rows it decides (its
-    contribution is the largest, the first on ties, and agrees in sign with ``adv``), and the rows where ``adv``
+    contribution is the largest, the first within :data:`TIE_TOLERANCE`, and agrees in sign with ``adv``), and
+    the rows where ``adv``
     carries signal. Boolean passes, one per test and channel (8 times less memory traffic than int64 codes).
 
     >>> hits, decided = _dense_decisions([np.array([[2.0], [-3.0], [0.0]]), np.array([[-1.0], [1.0], [0.0]])],
@@ -85,12 +102,13 @@ def _dense_decisions(parts: list[np.ndarray], adv: np.ndarray) -> tuple[list[np.
     best = sizes[0]
     for size in sizes[1:]:
         best = np.maximum(best, size)
+    near = best * (1 - TIE_TOLERANCE)
     signal = np.abs(adv) > 1e-6
     positive = adv > 0
     taken = np.zeros(adv.shape, dtype=bool)
     hits = []
     for part, size in zip(parts, sizes, strict=True):
-        wins = (size == best) & ~taken
+        wins = (size >= near) & ~taken
         taken |= wins
         # sign(part) == sign(adv) where adv carries signal (its sign is +-1 there)
         agrees = (part != 0) & ((part > 0) == positive)

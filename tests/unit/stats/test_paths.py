@@ -70,6 +70,47 @@ def test_dense_path_matches_general_path(group_size: int, channels: int) -> None
         np.testing.assert_allclose(dense[key], general[key], rtol=2e-5, atol=1e-6, err_msg=key)
 
 
+@pytest.mark.parametrize(
+    ("group_size", "channels", "weights"), [(8, 3, None), (5, 3, [1.0, 0.5, -1.0]), (2, 2, None), (64, 1, None)]
+)
+def test_the_scans_dense_engine_matches_the_torch_path(group_size: int, channels: int, weights: list | None) -> None:
+    """What a scan runs (``DenseChunk.from_rows``: NumPy computes the advantages too) against the torch engine and
+    the general statistics: the counts bit for bit, the rest to float32 rounding. With weights (1, 0.5, -1) the
+    third channel is ``1 - first``: the two contribute mathematically equal magnitudes, which the engines round
+    differently, so only the dominance tie tolerance lets the same (first) channel decide in both."""
+    from collapse_doctor.stats import DenseChunk
+
+    steps = [5, 7, 4]
+    rewards = _data(group_size + 100, sum(steps) * group_size, channels)
+    if weights is not None:
+        rewards[:, 0] = np.random.default_rng(3).random(rewards.shape[0]).astype(np.float32)
+        rewards[:, 2] = 1 - rewards[:, 0]
+    chunk = _chunk(rewards, group_size, steps, logged=True)
+    if weights is not None:
+        w = torch.tensor(weights)
+        adv = compute_advantages(chunk.rewards, chunk.group_index, weights=w, step_index=chunk.step_index)
+        chunk = ChunkInput(chunk.rewards, chunk.group_index, chunk.step_index, w, adv, *(chunk.num_groups, 3), adv.grpo)
+    scan = DenseChunk.from_rows(
+        chunk.rewards.numpy(),
+        group_size,
+        chunk.step_index.numpy(),
+        chunk.weights.tolist(),
+        chunk.num_steps,
+        None if chunk.logged is None else chunk.logged.numpy(),
+    )
+    dense = step_statistics(scan)
+    general = step_statistics(chunk, allow_dense=False)
+    assert list(dense) == list(general)
+    for key in [*EXACT, "dominance_grpo", "dominance_gdpo"]:
+        if key in general:
+            np.testing.assert_array_equal(dense[key], general[key], err_msg=key)
+    for key in general:
+        np.testing.assert_allclose(dense[key], general[key], rtol=2e-5, atol=1e-6, err_msg=key)
+    rows = scan.row_advantages()
+    for got, want in ((rows.grpo, chunk.advantages.grpo), (rows.gdpo, chunk.advantages.gdpo)):
+        np.testing.assert_allclose(got, want.numpy(), rtol=0, atol=1e-6)
+
+
 def test_dense_path_matches_general_path_on_the_cases() -> None:
     # The statistics cases: lone and heavy outliers, groups at the step's extremes, a logged advantage with NaN.
     dense, general = make_case("dense", logged=True), make_case("dense-as-general", logged=True)
