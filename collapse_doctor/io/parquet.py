@@ -552,6 +552,8 @@ class ParquetRun:
         A finite reward beyond :data:`REWARD_MAGNITUDE_LIMIT` (``source`` tells it from a true infinity that the
         float32 conversion also gives) is an error naming the column and the range.
         """
+        if bool((np.abs(rewards) <= REWARD_MAGNITUDE_LIMIT).all()):
+            return {}  # the usual block: no NaN, nothing beyond the limit (one pass over the whole block)
         nan = np.isnan(rewards).sum(axis=0)
         beyond = (np.abs(rewards) > REWARD_MAGNITUDE_LIMIT).sum(axis=0)  # +-inf included
         found = {}

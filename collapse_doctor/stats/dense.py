@@ -46,10 +46,10 @@ def dense_layout(
     g = n // num_groups
     if not 2 <= g <= MAX_DENSE_GROUP or bool(np.isnan(rewards).any()):
         return None
-    if not np.array_equal(group_index, np.arange(n) // g):
-        return None
+    if not bool((group_index.reshape(num_groups, g) == np.arange(num_groups)[:, None]).all()):
+        return None  # row i is not in group i // g
     steps = step_index[::g]
-    if not bool((step_index.reshape(-1, g) == steps[:, None]).all()):
+    if not bool((step_index.reshape(num_groups, g) == steps[:, None]).all()):
         return None  # a group's rows in different steps
     d = np.diff(steps)
     if steps[0] != 0 or steps[-1] != num_steps - 1 or not bool(((d == 0) | (d == 1)).all()):
