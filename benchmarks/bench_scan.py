@@ -3,8 +3,8 @@
 Run:  .venv/bin/python benchmarks/bench_scan.py [--rows 2000000,8000000,20000000] [--repeats 3]
 
 Each measurement is a fresh subprocess (wall time includes interpreter start and imports); peak RSS is
-the child's ``ru_maxrss`` (its median over the runs, and the largest: the peak varies by some 20 MiB from run to
-run with how the reading and the two computing threads overlap). Files (3 reward channels, 512 groups of 8 per
+the child's ``ru_maxrss`` (its median over the runs, and the largest: the peak varies from run to run with how the
+reading and the two computing threads overlap). Files (3 reward channels, 512 groups of 8 per
 step, zstd, 1M-row row groups) are generated once under benchmarks/data/ (git-ignored).
 """
 

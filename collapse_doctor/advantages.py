@@ -39,7 +39,8 @@ Scale = Literal["group", "batch", "none"]
 CONVENTIONS: tuple[str, ...] = get_args(Convention)
 SCALES: tuple[str, ...] = get_args(Scale)
 
-_EPS: dict[str, float] = {"trl": 1e-4, "verl": 1e-6, "paper": 0.0}
+STD_EPS: dict[str, float] = {"trl": 1e-4, "verl": 1e-6, "paper": 0.0}
+"""Added to the std before dividing, per convention (the NumPy dense path reads it too)."""
 
 
 @dataclass(frozen=True)
@@ -205,7 +206,7 @@ def centered_segments(
 
 def _inverse_denominator(std: Tensor, convention: str) -> Tensor:
     """Per segment 1 / (std + eps), or 0 where that is undefined or zero (no ranking signal)."""
-    denominator = torch.nan_to_num(std, nan=0.0) + _EPS[convention]
+    denominator = torch.nan_to_num(std, nan=0.0) + STD_EPS[convention]
     return torch.where(denominator > 0, 1.0 / denominator.clamp_min(1e-30), torch.zeros_like(denominator))
 
 

@@ -233,7 +233,8 @@ def _reduce_chunk(
     rewards, group_index, step_index, weight_t, logged = stacked.tensors(channels, weights, device)
     adv = compute_advantages(rewards, group_index, weights=weight_t, step_index=step_index)
     chunk_input = ChunkInput(rewards, group_index, step_index, weight_t, adv, stacked.num_groups, num_steps, logged)
-    return stacked, chunk_input, step_statistics(chunk_input)
+    # not the dense path: the chunk is on another device, or dense_layout already said no
+    return stacked, chunk_input, step_statistics(chunk_input, allow_dense=False)
 
 
 def shard_ranges(run: Any, workers: int) -> list[tuple[int, int]]:

@@ -51,7 +51,8 @@ def _single_threaded_torch(enter: bool) -> None:
 def torch_for_workers() -> None:
     """Call before a chunk's torch work: inside an open block, torch (imported now if need be) runs single-threaded."""
     if _saved_threads is None and _single_depth > 0:
-        lazy_torch.torch.get_num_threads()  # imports torch
+        import torch  # noqa: F401  (imported here, outside the lock: it takes a second)
+
         with _torch_threads_lock:
             if _single_depth > 0 and _saved_threads is None:
                 _set_single()

@@ -122,9 +122,7 @@ def summarize_chunk(
     """Bin a chunk's GRPO and GDPO advantages per step, and take the rows ``r`` (numbered in the run from the
     chunk's ``first_row``) with ``r % sample_every == 0`` for the logged-vs-recomputed sample."""
     from collapse_doctor.stats import DenseChunk
-
-    def host(x: Any) -> np.ndarray:
-        return x if isinstance(x, np.ndarray) else x.detach().cpu().numpy()
+    from collapse_doctor.stats.kernels import to_host as host
 
     adv = chunk.row_advantages() if isinstance(chunk, DenseChunk) else chunk.advantages
     grpo, gdpo = host(adv.grpo), host(adv.gdpo)

@@ -84,9 +84,7 @@ def step_statistics(chunk: ChunkInput | DenseChunk, *, allow_dense: bool = True)
     ([0.0], [0.0])
     """
     if isinstance(chunk, ChunkInput):
-        # the dense path computes in float32, as the engine does: float64 inputs keep their precision on torch
-        float32_on_cpu = chunk.rewards.device.type == "cpu" and str(chunk.rewards.dtype) == "torch.float32"
-        g = dense_group_size(chunk) if allow_dense and float32_on_cpu else None
+        g = dense_group_size(chunk) if allow_dense else None
         if g is None:
             general = GeneralChunk(chunk)
             out = {}
@@ -104,4 +102,4 @@ def step_statistics(chunk: ChunkInput | DenseChunk, *, allow_dense: bool = True)
 
 def _on_host(values: Any) -> np.ndarray:
     """A family's result (a torch tensor on any device, or a NumPy array) as a float64 NumPy array."""
-    return np.asarray(values if isinstance(values, np.ndarray) else to_host(values), dtype=np.float64)
+    return np.asarray(to_host(values), dtype=np.float64)

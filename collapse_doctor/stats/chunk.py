@@ -44,8 +44,11 @@ class ChunkInput:
 
 
 def dense_group_size(chunk: ChunkInput) -> int | None:
-    """The group size when the chunk is in the dense layout (:func:`~collapse_doctor.stats.dense.dense_layout`),
-    else None."""
+    """The group size when the chunk can take the NumPy dense path: float32 on CPU (as the engine computes: a
+    float64 chunk keeps its precision on torch) in the dense layout (:func:`~collapse_doctor.stats.dense.
+    dense_layout`); else None."""
+    if chunk.rewards.device.type != "cpu" or chunk.rewards.dtype != torch.float32:
+        return None
     return dense_layout(
         to_host(chunk.rewards), to_host(chunk.group_index), chunk.num_groups, to_host(chunk.step_index), chunk.num_steps
     )

@@ -21,12 +21,13 @@ from typing import Any
 
 import numpy as np
 
+from collapse_doctor.advantages import STD_EPS
+from collapse_doctor.stats.kernels import HASH_MIX, to_host
+
 MAX_DENSE_GROUP = 64
 """Largest group size for the dense path (its pair comparisons are ``g`` passes over ``[g, G]``)."""
 
-_EPS = {"trl": 1e-4, "verl": 1e-6, "paper": 0.0}
-"""Added to the std before dividing (the conventions of :mod:`collapse_doctor.advantages`)."""
-_MIX = tuple(np.int64(m - (1 << 64)) for m in (0x9E3779B97F4A7C15, 0xBF58476D1CE4E5B9, 0x94D049BB133111EB))
+_MIX = tuple(np.int64(m) for m in HASH_MIX)
 
 
 def dense_layout(
@@ -59,11 +60,10 @@ def dense_layout(
 
 @dataclass(frozen=True)
 class RowAdvantages:
-    """Advantages row by row (the order of the chunk's rows), for the collectors; ``[N]`` and ``zscores`` ``[N, C]``."""
+    """GRPO and GDPO advantages row by row (the order of the chunk's rows), ``[N]`` each, for the collectors."""
 
     grpo: np.ndarray
     gdpo: np.ndarray
-    zscores: np.ndarray
 
 
 def ratio(num: np.ndarray, den: np.ndarray) -> np.ndarray:
@@ -98,40 +98,23 @@ def hash_rows(columns: list[np.ndarray]) -> np.ndarray:
 
 
 def first_argmax(values: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-    """Index of the largest of equally shaped arrays (the first on ties) and that largest value.
+    """Index of the largest of equally shaped arrays (the first on ties) and that largest value: a few passes of
+    ``where`` and ``maximum`` (NumPy's argmax over a short first axis copies and runs many times slower).
 
     >>> index, best = first_argmax([np.array([1.0, 5.0]), np.array([3.0, 5.0])])
     >>> index.tolist(), best.tolist()
     ([1, 0], [3.0, 5.0])
     """
-    index, best, _ = largest_magnitude(values, magnitude=False)
+    best, index = values[0], np.zeros(values[0].shape, dtype=np.int64)
+    for k, value in enumerate(values[1:], start=1):
+        index = np.where(value > best, k, index)
+        best = np.maximum(best, value)
     return index, best
-
-
-def largest_magnitude(values: list[np.ndarray], *, magnitude: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per entry: the index of the array with the largest ``|value|`` (the first on ties), that ``|value|``, and
-    the signed value there. ``magnitude=False`` compares the values themselves. A few passes of ``where`` and
-    ``maximum``; NumPy's argmax over a short first axis copies and runs many times slower.
-
-    >>> index, size, value = largest_magnitude([np.array([1.0, -5.0]), np.array([-3.0, 5.0])])
-    >>> index.tolist(), size.tolist(), value.tolist()
-    ([1, 0], [3.0, 5.0], [-3.0, -5.0])
-    """
-    value = values[0]
-    best = np.abs(value) if magnitude else value
-    index = np.zeros(value.shape, dtype=np.int64)
-    for k, candidate in enumerate(values[1:], start=1):
-        size = np.abs(candidate) if magnitude else candidate
-        better = size > best
-        index = np.where(better, k, index)
-        value = np.where(better, candidate, value)
-        best = np.maximum(best, size)
-    return index, best, value
 
 
 def inverse_denominator(std: np.ndarray, convention: str) -> np.ndarray:
     """Per segment 1 / (std + eps), or 0 where that is undefined or zero (no ranking signal); float32 like ``std``."""
-    denominator = np.nan_to_num(std, nan=0.0) + std.dtype.type(_EPS[convention])
+    denominator = np.nan_to_num(std, nan=0.0) + std.dtype.type(STD_EPS[convention])
     return np.where(denominator > 0, 1.0 / np.maximum(denominator, std.dtype.type(1e-30)), 0).astype(std.dtype)
 
 
@@ -202,23 +185,20 @@ class DenseChunk:
         """A torch :class:`~collapse_doctor.stats.chunk.ChunkInput` on CPU in the dense layout, its advantages as
         given."""
 
-        def host(x: Any) -> np.ndarray:
-            return np.asarray(x.detach().cpu().numpy())
-
         adv = chunk.advantages
-        rewards = host(chunk.rewards).astype(np.float32, copy=False)
+        rewards = to_host(chunk.rewards).astype(np.float32, copy=False)
         G = rewards.shape[0] // g
         given = (
-            _to_members(host(adv.zscores), G, g),
-            _to_members(host(adv.grpo), G, g),
-            _to_members(host(adv.gdpo), G, g),
+            _to_members(to_host(adv.zscores), G, g),
+            _to_members(to_host(adv.grpo), G, g),
+            _to_members(to_host(adv.gdpo), G, g),
         )
-        logged = host(chunk.logged).astype(np.float32) if chunk.logged is not None else None
-        weights = host(chunk.weights).astype(np.float32).tolist()
+        logged = to_host(chunk.logged).astype(np.float32) if chunk.logged is not None else None
+        weights = to_host(chunk.weights).astype(np.float32).tolist()
         return cls(
             rewards,
             g,
-            host(chunk.step_index),
+            to_host(chunk.step_index),
             weights,
             num_steps=chunk.num_steps,
             logged=logged,
@@ -240,22 +220,23 @@ class DenseChunk:
     def steps_sum(self, x: np.ndarray) -> np.ndarray:
         """Per-group values ``[G]`` or ``[K, G]`` summed per step: ``[S]`` or ``[S, K]`` (float64)."""
         x = np.asarray(x)
-        if x.ndim == 1:
-            return np.add.reduceat(x, self._starts, dtype=np.float64)
-        if x.shape[0] == 0:
+        if x.ndim == 2 and x.shape[0] == 0:
             return np.zeros((self.num_steps, 0))
-        return np.ascontiguousarray(np.add.reduceat(x, self._starts, axis=1, dtype=np.float64).T)
+        return self._per_step(np.add, x, dtype=np.float64)
 
     def steps_max(self, x: np.ndarray) -> np.ndarray:
         """Per-group values ``[G]`` or ``[K, G]``: the step's largest, ``[S]`` or ``[S, K]``, in their dtype."""
-        if x.ndim == 1:
-            return np.maximum.reduceat(x, self._starts)
-        return np.ascontiguousarray(np.maximum.reduceat(x, self._starts, axis=1).T)
+        return self._per_step(np.maximum, x)
 
     def steps_min(self, x: np.ndarray) -> np.ndarray:
+        """Per-group values ``[G]`` or ``[K, G]``: the step's smallest, ``[S]`` or ``[S, K]``, in their dtype."""
+        return self._per_step(np.minimum, x)
+
+    def _per_step(self, ufunc: np.ufunc, x: np.ndarray, **kwargs: Any) -> np.ndarray:
+        """``ufunc`` over each step's groups (steps are consecutive): ``[G]`` -> ``[S]``, ``[K, G]`` -> ``[S, K]``."""
         if x.ndim == 1:
-            return np.minimum.reduceat(x, self._starts)
-        return np.ascontiguousarray(np.minimum.reduceat(x, self._starts, axis=1).T)
+            return ufunc.reduceat(x, self._starts, **kwargs)
+        return np.ascontiguousarray(ufunc.reduceat(x, self._starts, axis=1, **kwargs).T)
 
     def per_group(self, x: np.ndarray) -> np.ndarray:
         """A per-step value ``[S]`` for each group, ``[G]``."""
@@ -366,13 +347,13 @@ class DenseChunk:
         """Drop the intermediates the statistics needed, keeping the advantages (what a collector reads): a chunk
         waiting for its turn in the in-order merge then holds a few MB, not tens."""
         for name in list(vars(self)):
-            if name not in {"advantages", "zscores"} and isinstance(getattr(type(self), name, None), cached_property):
+            if name != "advantages" and isinstance(getattr(type(self), name, None), cached_property):
                 del self.__dict__[name]
 
     def row_advantages(self) -> RowAdvantages:
         """The advantages in the chunk's row order (what the collectors read)."""
         adv = self.advantages
-        return RowAdvantages(grpo=self.rows(adv["grpo"]), gdpo=self.rows(adv["gdpo"]), zscores=self.rows(self.zscores))
+        return RowAdvantages(grpo=self.rows(adv["grpo"]), gdpo=self.rows(adv["gdpo"]))
 
     # -- intermediates of several families ---------------------------------------------------------------------
 

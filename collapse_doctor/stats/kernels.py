@@ -15,7 +15,8 @@ if TYPE_CHECKING:
 else:
     from collapse_doctor.lazy_torch import torch
 
-_MIX = (0x9E3779B97F4A7C15 - (1 << 64), 0xBF58476D1CE4E5B9 - (1 << 64), 0x94D049BB133111EB - (1 << 64))
+HASH_MIX = (0x9E3779B97F4A7C15 - (1 << 64), 0xBF58476D1CE4E5B9 - (1 << 64), 0x94D049BB133111EB - (1 << 64))
+"""The signed 64-bit multipliers of :func:`hash_rows` (the NumPy dense path mixes with the same)."""
 
 
 def segment_sum(values: Tensor, index: Tensor, size: int) -> Tensor:
@@ -56,7 +57,7 @@ def hash_rows(columns: list[Tensor]) -> Tensor:
     """One int64 per row mixing several int64 columns (collisions are negligible at 64 bits)."""
     h = torch.zeros_like(columns[0])
     for k, column in enumerate(columns):
-        h = (h ^ column) * _MIX[k % len(_MIX)]
+        h = (h ^ column) * HASH_MIX[k % len(HASH_MIX)]
         h = h ^ (h >> 31)
     return h
 
@@ -97,6 +98,6 @@ def first_argmax(values: list[Tensor]) -> tuple[Tensor, Tensor]:
     return index, best
 
 
-def to_host(x: Tensor) -> np.ndarray:
-    """A tensor's values as a NumPy array (copied off the GPU; shared on CPU)."""
-    return x.detach().cpu().numpy()
+def to_host(x: Tensor | np.ndarray) -> np.ndarray:
+    """A tensor's values as a NumPy array (copied off the GPU; shared on CPU); a NumPy array as it is."""
+    return x if isinstance(x, np.ndarray) else x.detach().cpu().numpy()
