@@ -3,7 +3,7 @@
 Run:  .venv/bin/python benchmarks/bench_accuracy.py [--markdown] [--json OUT] [--strict]
 
 Three suites. The TRL corpus (``tests/data/trl_corpus/*/``, one scan per run directory, expectations in its
-``manifest.json``, reasoned from the reward math), the simulator (``collapse_doctor.simulate``, each scenario
+``manifest.json``, reasoned from the reward math), the simulator (``collapse_doctor.pipeline.simulate``, each scenario
 for a few seeds, expectations from the ground truth in the file's metadata), and simulated scalar logs
 (:data:`SCALAR_SCENARIOS`: TensorBoard files written with torch's ``SummaryWriter`` under TRL's tag names, with
 the run-health pathologies CD507-CD511 built in and their expected findings written next to them). Every scan uses
@@ -33,9 +33,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import accuracy_scoring as scoring  # benchmarks/ is not a package: found through sys.path above
 
-from collapse_doctor.options import ScanOptions
-from collapse_doctor.pipeline import diagnose
-from collapse_doctor.simulate import GROUND_TRUTH_KEY, SCENARIOS, write_simulation
+from collapse_doctor.core.options import ScanOptions
+from collapse_doctor.pipeline.scan import diagnose
+from collapse_doctor.pipeline.simulate import GROUND_TRUTH_KEY, SCENARIOS, write_simulation
 
 ROOT = Path(__file__).resolve().parents[1]
 CORPUS = ROOT / "tests" / "data" / "trl_corpus"

@@ -142,7 +142,7 @@ def ragged_layout(n: int, groups_per_step: int, low: int = 4, high: int = 12, se
 
 def engine(layout: Layout, weights: torch.Tensor, convention: str = "trl") -> tuple[torch.Tensor, ...]:
     """Ours: one ``compute_advantages`` call (GRPO, GDPO and per-channel z-scores)."""
-    from collapse_doctor.advantages import compute_advantages
+    from collapse_doctor.engine.advantages import compute_advantages
 
     result = compute_advantages(
         layout.rewards,

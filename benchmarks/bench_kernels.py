@@ -18,7 +18,7 @@ from collections.abc import Callable
 
 import torch
 
-from collapse_doctor.stats.kernels import first_argmax
+from collapse_doctor.engine.stats.kernels import first_argmax
 
 GROUPS, SIZE, CHANNELS = 32_768, 8, 3
 

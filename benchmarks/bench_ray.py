@@ -82,9 +82,9 @@ def shard_cost(path: Path, workers: int) -> dict[str, float]:
     import pyarrow.parquet as pq
     import torch
 
-    from collapse_doctor import reduce
-    from collapse_doctor.io.parquet import ParquetRun
-    from collapse_doctor.parallel import limit_cores
+    from collapse_doctor.engine import reduce
+    from collapse_doctor.engine.parallel import limit_cores
+    from collapse_doctor.io.rollouts.parquet import ParquetRun
 
     began = time.perf_counter()
     run = ParquetRun([path], check_rewards_first=False)  # pass 1, in the driver: the step column
@@ -113,8 +113,8 @@ def shard_cost(path: Path, workers: int) -> dict[str, float]:
 def _imports(_: int) -> float:
     """A task that imports what a shard task needs, timed from inside the worker."""
     began = time.perf_counter()
-    import collapse_doctor.advantages
-    import collapse_doctor.stats  # noqa: F401
+    import collapse_doctor.engine.advantages
+    import collapse_doctor.engine.stats  # noqa: F401
 
     return time.perf_counter() - began
 
@@ -124,9 +124,9 @@ def cluster_costs(path: Path, workers: int) -> dict[str, float]:
     (fresh worker processes importing torch and collapse-doctor), and the run's shards with every worker busy."""
     import functools
 
-    from collapse_doctor import reduce
-    from collapse_doctor.cluster import ray_session
-    from collapse_doctor.io.parquet import ParquetRun
+    from collapse_doctor.engine import reduce
+    from collapse_doctor.engine.cluster import ray_session
+    from collapse_doctor.io.rollouts.parquet import ParquetRun
 
     start_cluster(workers)
     try:

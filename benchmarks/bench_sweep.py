@@ -22,8 +22,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from collapse_doctor import pipeline  # noqa: E402
-from collapse_doctor.options import ScanOptions  # noqa: E402
-from collapse_doctor.parallel import available_cores  # noqa: E402
+from collapse_doctor.core.options import ScanOptions  # noqa: E402
+from collapse_doctor.engine.parallel import available_cores  # noqa: E402
 from tests.helpers.tables import make_table  # noqa: E402
 
 

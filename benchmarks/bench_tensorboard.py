@@ -67,7 +67,7 @@ def write_event_file(path: Path, points: int, seed: int = 0) -> None:
     """``points`` simple_value events (file_version first), framed with vectorised CRCs."""
     from tensorboard.compat.proto import event_pb2, summary_pb2
 
-    from collapse_doctor.io.crc32c import masked_crc32c_many
+    from collapse_doctor.io.logs.crc32c import masked_crc32c_many
 
     rng = np.random.default_rng(seed)
     steps = points // len(TAGS)

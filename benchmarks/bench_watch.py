@@ -26,7 +26,7 @@ import pyarrow.parquet as pq
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from collapse_doctor.incremental import IncrementalScan  # noqa: E402
+from collapse_doctor.pipeline.incremental import IncrementalScan  # noqa: E402
 
 SIZE = 8
 

@@ -11,7 +11,7 @@ export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv 2>&1 | tee "$out/gpu.txt"
 "$py" -c "import torch, numpy, pyarrow; print('torch', torch.__version__, 'cuda', torch.cuda.is_available())" | tee -a "$out/gpu.txt"
 "$py" -m pytest -q -p no:cacheprovider -o addopts="" -m cuda \
-    tests/unit/engine/test_advantages_cuda.py tests/unit/stats/test_statistics_cuda.py 2>&1 | tee "$out/cuda_tests.txt"
+    tests/unit/engine/test_advantages_cuda.py tests/unit/engine/stats/test_statistics_cuda.py 2>&1 | tee "$out/cuda_tests.txt"
 tests=${PIPESTATUS[0]}
 "$py" benchmarks/bench_gpu.py --rows 20000000 --repeats 3 2>&1 | tee "$out/gpu_bench.txt"
 bench=${PIPESTATUS[0]}

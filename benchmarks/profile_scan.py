@@ -5,7 +5,7 @@ Run:  .venv/bin/python benchmarks/profile_scan.py [--rows 8000000] [--repeats 3]
 Stages, each the median over ``--repeats`` scans in this process after a warm-up scan (the first two are measured
 in fresh subprocesses):
 
-- start-up: `python -c "import collapse_doctor.cli"` and the same plus `import torch` (what a scan of rollouts
+- start-up: `python -c "import collapse_doctor.cli.app"` and the same plus `import torch` (what a scan of rollouts
   loads), against a bare `python -c pass`;
 - discover + open: `plan_scan` and opening the reader (pass 1 over the step column, the footers);
 - read: pass 2, pulling the reader's chunks (Parquet decode, grouping, stacking; the NaN/inf checks);
@@ -43,8 +43,8 @@ def startup(repeats: int) -> dict[str, float]:
     out = {}
     for name, code in (
         ("python", "pass"),
-        ("import cli", "import collapse_doctor.cli"),
-        ("import cli + torch", "import collapse_doctor.cli, torch"),
+        ("import cli", "import collapse_doctor.cli.app"),
+        ("import cli + torch", "import collapse_doctor.cli.app, torch"),
     ):
         times = []
         for _ in range(repeats):
@@ -56,10 +56,11 @@ def startup(repeats: int) -> dict[str, float]:
 
 
 def profile_once(path: Path, workers: int | None) -> dict[str, float]:
-    from collapse_doctor import advantages, pipeline, reduce, stats
-    from collapse_doctor import workers as workers_module
+    from collapse_doctor.core.options import ScanOptions
+    from collapse_doctor.engine import advantages, reduce, stats
+    from collapse_doctor.engine import workers as workers_module
     from collapse_doctor.io import open as io_open
-    from collapse_doctor.options import ScanOptions
+    from collapse_doctor.pipeline import scan as pipeline
     from collapse_doctor.report.text import render_text
 
     spent: dict[str, float] = defaultdict(float)
@@ -96,7 +97,7 @@ def profile_once(path: Path, workers: int | None) -> dict[str, float]:
 
         setattr(cls, name, wrapper)
 
-    from collapse_doctor.io.parquet import ParquetRun
+    from collapse_doctor.io.rollouts.parquet import ParquetRun
 
     timed(pipeline, "open_rollouts", "discover + open")
     timed(pipeline, "plan_scan", "discover + open")
@@ -171,7 +172,7 @@ def main() -> int:
     print("| stage | seconds (one thread) | share |")
     print("|---|---:|---:|")
     print(f"| start-up: python | {boot['python']:.2f} | |")
-    print(f"| start-up: import collapse_doctor.cli | {boot['import cli'] - boot['python']:.2f} | |")
+    print(f"| start-up: import collapse_doctor.cli.app | {boot['import cli'] - boot['python']:.2f} | |")
     torch_import = boot["import cli + torch"] - boot["import cli"]
     print(f"| (not paid here) import torch: general layouts, CUDA | {torch_import:.2f} | |")
     for stage in stages:

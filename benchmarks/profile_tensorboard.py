@@ -45,9 +45,9 @@ def _timed(spent: dict[str, float], part: str, function: Callable[..., Any]) -> 
 
 
 def profile_once(path: Path) -> dict[str, float]:
-    import collapse_doctor.io.tensorboard as tensorboard
-    from collapse_doctor import pipeline
-    from collapse_doctor.options import ScanOptions
+    import collapse_doctor.io.logs.tensorboard as tensorboard
+    from collapse_doctor.core.options import ScanOptions
+    from collapse_doctor.pipeline import scan as pipeline
 
     spent: dict[str, float] = defaultdict(float)
     patches = {

@@ -11,17 +11,18 @@ from __future__ import annotations
 
 from typing import Any
 
-__version__ = "0.1.0"
+from collapse_doctor.core.version import __version__ as __version__
+
 __all__ = ["Diagnosis", "ScanOptions", "diagnose", "diagnose_runs"]
 
 
 def __getattr__(name: str) -> Any:
     if name in ("diagnose", "diagnose_runs"):
-        from collapse_doctor import pipeline
+        from collapse_doctor.pipeline import scan as pipeline
 
         return getattr(pipeline, name)
     if name in ("Diagnosis", "ScanOptions"):
-        from collapse_doctor import options, result
+        from collapse_doctor.core import options, result
 
         return getattr(result if name == "Diagnosis" else options, name)
     raise AttributeError(f"module 'collapse_doctor' has no attribute {name!r}")

@@ -1,3 +1,3 @@
-from collapse_doctor.cli import run
+from collapse_doctor.cli.app import run
 
 run()

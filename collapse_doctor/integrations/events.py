@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import IO
 
-from collapse_doctor.io.crc32c import masked_crc32c
+from collapse_doctor.io.logs.crc32c import masked_crc32c
 
 _FILE_NUMBERS = itertools.count()
 

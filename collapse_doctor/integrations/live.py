@@ -2,7 +2,7 @@
 
 :class:`~collapse_doctor.integrations.rollouts.RolloutMonitor` reduces each part's steps once (the same
 statistics ``scan`` computes from the part files); :class:`LiveDiagnosis` runs the selected detectors
-(:func:`collapse_doctor.pipeline.detect`) on the series of every step so far. Nothing is read back from
+(:func:`collapse_doctor.pipeline.scan.detect`) on the series of every step so far. Nothing is read back from
 disk, so a check costs the detectors' pass over the per-step series, not a re-read of the rollouts.
 Each finding is reported once, when it first appears, and again only when its severity rises (as
 ``watch`` does).
@@ -14,12 +14,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from collapse_doctor.findings import Finding, Severity, check_fail_on, failing
-from collapse_doctor.options import ScanOptions
-from collapse_doctor.result import Diagnosis, RunSummary
+from collapse_doctor.core.findings import Finding, Severity, check_fail_on, failing
+from collapse_doctor.core.options import ScanOptions
+from collapse_doctor.core.result import Diagnosis, RunSummary
 
 if TYPE_CHECKING:
-    from collapse_doctor.config import Config
+    from collapse_doctor.core.config import Config
     from collapse_doctor.integrations.rollouts import RolloutMonitor
 
 WEIGHTS_SOURCE = "trainer reward_weights"
@@ -40,7 +40,7 @@ class LiveDiagnosis:
     """Diagnoses a monitored run again after each part, reporting what is new.
 
     ``fail_on`` ("info", "warning", "critical" or None) decides which findings are failing; ``config`` is a
-    :class:`~collapse_doctor.config.Config`, a config file, or None (the ``[tool.collapse-doctor]`` or
+    :class:`~collapse_doctor.core.config.Config`, a config file, or None (the ``[tool.collapse-doctor]`` or
     ``collapse-doctor.toml`` found from the output directory, as ``scan`` finds it).
     """
 
@@ -57,7 +57,7 @@ class LiveDiagnosis:
 
     def _config(self) -> tuple[Config, tuple[str, ...]]:
         if self._resolved is None:
-            from collapse_doctor.pipeline import resolve_config
+            from collapse_doctor.pipeline.scan import resolve_config
 
             options = ScanOptions(config=self.config)
             self._resolved = resolve_config([self.monitor.rollouts_dir], options)
@@ -89,7 +89,7 @@ class LiveDiagnosis:
 
     def check(self) -> LiveCheck:
         """Run the detectors on every step reduced so far."""
-        from collapse_doctor.pipeline import detect
+        from collapse_doctor.pipeline.scan import detect
 
         config, codes = self._config()
         diagnosis = detect(self.summary(), self.monitor.series(), None, config, codes)

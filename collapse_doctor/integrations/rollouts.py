@@ -7,10 +7,10 @@ Rows are buffered and written every ``write_every`` steps as ``OUTPUT/rollouts/p
 each file atomically, so ``collapse-doctor scan OUTPUT`` works while the run goes on.
 
 With each part, the part's steps are reduced once by ``scan``'s own statistics
-(:func:`collapse_doctor.stats.step_statistics`, one call for the part: its cost is mostly fixed overhead).
+(:func:`collapse_doctor.engine.stats.step_statistics`, one call for the part: its cost is mostly fixed overhead).
 The per-step values feed three things: TensorBoard scalars under ``collapse_doctor/`` in ``OUTPUT/tensorboard``
 (one event per step), the scalars handed to the trainer's own logger (:meth:`RolloutMonitor.take_log_scalars`),
-and the run's :class:`~collapse_doctor.series.RunSeries` that the detectors read while it trains
+and the run's :class:`~collapse_doctor.core.series.RunSeries` that the detectors read while it trains
 (:mod:`collapse_doctor.integrations.live`), so nothing is read back from disk.
 """
 
@@ -25,10 +25,10 @@ from typing import Any
 import numpy as np
 import torch
 
+from collapse_doctor.core.schema import WEIGHTS_METADATA_KEY, channel_column
+from collapse_doctor.core.series import RunSeries, SeriesBuilder, channel_pairs
 from collapse_doctor.integrations.events import ScalarEventWriter
-from collapse_doctor.io.atomic import atomic_path
-from collapse_doctor.schema import WEIGHTS_METADATA_KEY, channel_column
-from collapse_doctor.series import RunSeries, SeriesBuilder, channel_pairs
+from collapse_doctor.io.storage.atomic import atomic_path
 
 ROLLOUTS_DIR = "rollouts"
 TENSORBOARD_DIR = "tensorboard"
@@ -190,8 +190,8 @@ class RolloutMonitor:
 
         One ``step_statistics`` call for all of them: per call, its cost is mostly fixed overhead.
         """
-        from collapse_doctor.advantages import compute_advantages
-        from collapse_doctor.stats import ChunkInput, step_statistics
+        from collapse_doctor.engine.advantages import compute_advantages
+        from collapse_doctor.engine.stats import ChunkInput, step_statistics
 
         rewards = torch.cat([r.rewards.float().cpu() for r in records])
         logged = torch.cat([r.advantages.float().cpu() for r in records])

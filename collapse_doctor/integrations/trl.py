@@ -44,14 +44,14 @@ from typing import TYPE_CHECKING, Any
 import torch
 from transformers import TrainerCallback  # type: ignore[import-untyped,unused-ignore]
 
-from collapse_doctor.errors import UsageError
-from collapse_doctor.findings import Finding, check_fail_on
+from collapse_doctor.core.errors import UsageError
+from collapse_doctor.core.findings import Finding, check_fail_on
 from collapse_doctor.integrations.live import LiveDiagnosis
 from collapse_doctor.integrations.rollouts import RolloutMonitor, StepExtras, StepRecord
 
 if TYPE_CHECKING:
-    from collapse_doctor.config import Config
-    from collapse_doctor.result import Diagnosis
+    from collapse_doctor.core.config import Config
+    from collapse_doctor.core.result import Diagnosis
 
 TESTED_TRL = ">=1.16,<2"
 DEFAULT_WRITE_EVERY = 20
@@ -99,10 +99,10 @@ def _import_what_steps_use() -> None:
     import pyarrow.parquet  # noqa: F401
     import tensorboard.compat.proto.event_pb2  # noqa: F401
 
-    import collapse_doctor.detectors
-    import collapse_doctor.pipeline
-    import collapse_doctor.stats
-    import collapse_doctor.watch  # noqa: F401
+    import collapse_doctor.engine.stats
+    import collapse_doctor.judge.detectors
+    import collapse_doctor.pipeline.scan
+    import collapse_doctor.pipeline.watch  # noqa: F401
 
 
 def _algo_of(trainer: Any) -> str:
@@ -122,7 +122,7 @@ class CollapseDoctorCallback(TrainerCallback):  # type: ignore[misc,unused-ignor
     and the detectors run after each part, the detectors within ``check_budget`` (a share of the training time,
     default 1%: on fast steps they skip parts) and once more when training ends.
     ``channels``: the channel names (default TRL's ``reward_func_names``). ``config``: a collapse-doctor config
-    file or :class:`~collapse_doctor.config.Config` for the detectors' thresholds (default: discovered from the
+    file or :class:`~collapse_doctor.core.config.Config` for the detectors' thresholds (default: discovered from the
     output directory, as ``scan`` does). ``print_finding``: called with each new finding's line (default: stderr).
 
     Pass it in ``callbacks=[...]``: it finds its trainer when training begins. Or call :func:`attach`.
@@ -398,7 +398,7 @@ class CollapseDoctorCallback(TrainerCallback):  # type: ignore[misc,unused-ignor
         """Run the detectors on the run so far; print new findings; True when one reaches ``fail_on``."""
         if self.live is None or self.monitor is None or not self.monitor.enabled or not self.monitor.files_written:
             return False
-        from collapse_doctor.watch import finding_line
+        from collapse_doctor.pipeline.watch import finding_line
 
         started = time.perf_counter()
         result = self.live.check()

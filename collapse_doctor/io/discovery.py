@@ -1,13 +1,13 @@
 """Find the runs in what the user pointed at: files, directories (searched recursively) and globs.
 
-Paths are expanded by :func:`collapse_doctor.io.paths.expand_paths` and every file is classified by the
+Paths are expanded by :func:`collapse_doctor.io.storage.paths.expand_paths` and every file is classified by the
 format registry (:mod:`collapse_doctor.io.formats`); files of other kinds found in directories are ignored.
 A file named explicitly is always read (as Parquet when its name says nothing else; a ``*.db`` that is no
 tracker's database is an error naming it).
 
 Files of one kind are grouped by their format's root (their directory, or the parent of ``completions/`` or
 ``checkpoint-N/``). Canonical Parquet files found in a directory are split into runs by
-:mod:`collapse_doctor.io.parquet_parts` (sibling runs apart, the part files of one run together); those named
+:mod:`collapse_doctor.io.rollouts.parquet_parts` (sibling runs apart, the part files of one run together); those named
 explicitly are one run. Each set of rollouts in a named directory owns the highest directory (up to the one
 named) that holds no other set of rollouts, and every scalar log in it belongs to that run: a TRL output dir
 (``completions/`` + ``runs/<date>/events...`` + ``checkpoint-N/trainer_state.json``, or several event dirs of one
@@ -26,14 +26,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from collapse_doctor.errors import InputError, UsageError
+from collapse_doctor.core.errors import InputError, UsageError
 from collapse_doctor.io.formats import FORMATS, Member, classify, formats_hint, is_rollouts
-from collapse_doctor.io.paths import common_directory, expand_paths
-from collapse_doctor.io.remote import is_url
-from collapse_doctor.io.sqlite_store import DB_SUFFIXES, describe_foreign
+from collapse_doctor.io.storage.paths import common_directory, expand_paths
+from collapse_doctor.io.storage.remote import is_url
+from collapse_doctor.io.storage.sqlite_store import DB_SUFFIXES, describe_foreign
 
 DEFAULT_KIND = "parquet"
-"""The kind :func:`~collapse_doctor.io.paths.expand_paths` gives a file named explicitly that no format
+"""The kind :func:`~collapse_doctor.io.storage.paths.expand_paths` gives a file named explicitly that no format
 recognises (its reader's error then names it)."""
 SetKey = tuple[str, Path | None]
 """A set of files of one kind: ``(kind, root)``; root ``None`` for the files of a rootless kind named explicitly."""

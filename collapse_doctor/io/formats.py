@@ -14,7 +14,7 @@ To add an input format:
 
 1. Write its reader in its own module under ``collapse_doctor/io/``: for rollouts a function
    ``(files, **ReadOptions.reader_kwargs()) -> ParquetRun`` that builds the canonical rollout table and hands
-   it to :class:`~collapse_doctor.io.table_run.TableRun` (see ``io/verl.py``); for a scalar log a function
+   it to :class:`~collapse_doctor.io.rollouts.table_run.TableRun` (see ``io/verl.py``); for a scalar log a function
    ``(path, *, start) -> EventFileRead`` (see ``io/scalar_logs.py``).
 2. Register one :class:`Format` below: its ``kind``, ``role``, ``recognise``, ``hint``, ``rank``, the
    ``open`` (rollouts) or ``read`` (scalars) function that calls the reader, and ``root``/``per_step``/
@@ -34,12 +34,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from collapse_doctor.errors import InputError
-from collapse_doctor.io import mlflow_store, nemo_rl, parquet_parts, trackio_db, trl, verl, wandb_log
-from collapse_doctor.io.parquet import PARQUET_SUFFIXES, ParquetRun
-from collapse_doctor.io.scalar_logs import looks_like_verl_file_log, read_verl_file_log, trainer_state_records
-from collapse_doctor.io.tensorboard import EventFileRead, read_event_file
-from collapse_doctor.options import ReadOptions
+from collapse_doctor.core.errors import InputError
+from collapse_doctor.core.options import ReadOptions
+from collapse_doctor.io.logs import mlflow_store, trackio_db, wandb_log
+from collapse_doctor.io.logs.tensorboard import EventFileRead, read_event_file
+from collapse_doctor.io.logs.trainer_logs import looks_like_verl_file_log, read_verl_file_log, trainer_state_records
+from collapse_doctor.io.rollouts import nemo_rl, parquet_parts, trl, verl
+from collapse_doctor.io.rollouts.parquet import PARQUET_SUFFIXES, ParquetRun
 
 ROLLOUTS = "rollouts"
 SCALARS = "scalars"
@@ -101,7 +102,7 @@ class Format:
     read: ScalarReader | None = None
     """Scalars: reads one file."""
     appends: bool = False
-    """Scalars: the file only grows, so a :class:`~collapse_doctor.io.scalar_cache.ScalarCache` resumes where it
+    """Scalars: the file only grows, so a :class:`~collapse_doctor.io.logs.scalar_cache.ScalarCache` resumes where it
     stopped; otherwise the file is read whole every time."""
     precedence: int = 0
     """Scalars: a run with several kinds of scalar log reads only the kind with the lowest precedence."""

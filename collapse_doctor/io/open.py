@@ -8,27 +8,27 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from collapse_doctor.core.options import ReadOptions
 from collapse_doctor.io.formats import FORMATS
-from collapse_doctor.io.scalar_cache import ScalarCache
-from collapse_doctor.io.tags import scalar_series
-from collapse_doctor.options import ReadOptions
+from collapse_doctor.io.logs.scalar_cache import ScalarCache
+from collapse_doctor.io.logs.tags import scalar_series
 
 if TYPE_CHECKING:
+    from collapse_doctor.core.scalars import ScalarSeries
     from collapse_doctor.io.discovery import RunInputs
-    from collapse_doctor.io.parquet import ParquetRun
-    from collapse_doctor.scalars import ScalarSeries
+    from collapse_doctor.io.rollouts.parquet import ParquetRun
 
 
 def open_rollouts(
     run: RunInputs, read: ReadOptions | None = None, *, check_rewards_first: bool = True
 ) -> ParquetRun | None:
-    """The run's rollouts as a reader with :class:`~collapse_doctor.io.parquet.ParquetRun`'s interface
+    """The run's rollouts as a reader with :class:`~collapse_doctor.io.rollouts.parquet.ParquetRun`'s interface
     (``iter_steps()``, ``iter_chunks()``, ``channels``, ``weights``, ``dynamic_weight_channels``, ...), or
     ``None`` when the run has no rollouts.
 
     ``read`` maps the user's table onto the canonical one (default: nothing to map).
     ``check_rewards_first=False`` lets a canonical Parquet run check its rewards while it streams them (see
-    :class:`~collapse_doctor.io.parquet.ParquetRun`); the other layouts are read whole and checked when opened.
+    :class:`~collapse_doctor.io.rollouts.parquet.ParquetRun`); the other layouts are read whole and checked when opened.
     """
     if run.rollout_kind is None:
         return None

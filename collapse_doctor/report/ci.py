@@ -7,10 +7,10 @@ from collections.abc import Sequence
 from pathlib import PurePath
 from xml.etree import ElementTree as ET
 
-from collapse_doctor.findings import VERDICTS, Finding, Severity
-from collapse_doctor.numbers import fixed, pct, share_pct
-from collapse_doctor.result import Diagnosis, signal_sentence
-from collapse_doctor.text_safety import printable
+from collapse_doctor.core.findings import VERDICTS, Finding, Severity
+from collapse_doctor.core.numbers import fixed, pct, share_pct
+from collapse_doctor.core.result import Diagnosis, signal_sentence
+from collapse_doctor.core.text_safety import printable
 
 
 def describe_sources(sources: Sequence[str], shown: int = 3) -> str:
@@ -54,7 +54,7 @@ def _dir(path: PurePath) -> str:
 
 def _targets(code: str) -> str:
     """What one finding of a detector is about: ``run``, ``channel`` or ``pair`` (JUnit has a case per target)."""
-    from collapse_doctor.detectors import REGISTRY
+    from collapse_doctor.judge.detectors import REGISTRY
 
     detector = REGISTRY.get(code)
     return detector.targets if detector is not None else "run"

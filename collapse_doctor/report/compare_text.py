@@ -1,5 +1,5 @@
-"""Terminal rendering of a :class:`~collapse_doctor.compare.Comparison` and of a regression gate (rich; plain text
-when not a terminal or with NO_COLOR). Runs are columns ``A``, ``B``, ... named once at the top."""
+"""Terminal rendering of a :class:`~collapse_doctor.pipeline.compare.Comparison` and of a regression gate
+(rich; plain text when not a terminal or with NO_COLOR). Runs are columns ``A``, ``B``, ... named once at the top."""
 
 from __future__ import annotations
 
@@ -9,11 +9,11 @@ from typing import IO, Any
 from rich.console import Console
 from rich.text import Text
 
-from collapse_doctor.compare import Comparison, GateResult
-from collapse_doctor.findings import VERDICTS, Finding, severity_counts
-from collapse_doctor.numbers import pct, share_pct
+from collapse_doctor.core.findings import VERDICTS, Finding, severity_counts
+from collapse_doctor.core.numbers import pct, share_pct
+from collapse_doctor.core.text_safety import printable
+from collapse_doctor.pipeline.compare import Comparison, GateResult
 from collapse_doctor.report.text import _num, _state, _table, console_for
-from collapse_doctor.text_safety import printable
 
 _VERDICT_STYLE = {
     "healthy": "bold green",

@@ -15,7 +15,7 @@ annotations are concatenated, the terminal shows them one after another, the JUn
 ``<testsuite>`` per run in ``<testsuites>``, and ``--html OUT`` writes each run's report beside ``OUT``
 (``<OUT stem>-<run>.html``) with ``OUT`` an index page that links them.
 
-Every file is written atomically (:mod:`collapse_doctor.io.atomic`) and never over an input. The library
+Every file is written atomically (:mod:`collapse_doctor.io.storage.atomic`) and never over an input. The library
 reads no environment variable: the caller passes GitHub's step-summary file and the colour choice.
 """
 
@@ -26,15 +26,15 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
-from collapse_doctor.errors import UsageError
-from collapse_doctor.findings import worst_verdict
-from collapse_doctor.result import JSON_FORMAT_VERSION, Diagnosis
+from collapse_doctor.core.errors import UsageError
+from collapse_doctor.core.findings import worst_verdict
+from collapse_doctor.core.result import JSON_FORMAT_VERSION, Diagnosis
 
 if TYPE_CHECKING:
+    from collapse_doctor.core.options import ReadOptions, ScanOptions
     from collapse_doctor.io.discovery import RunInputs
-    from collapse_doctor.options import ReadOptions, ScanOptions
-    from collapse_doctor.pipeline import RunCollector, ScanResult
-    from collapse_doctor.report.collect import ReportExtras
+    from collapse_doctor.pipeline.scan import RunCollector, ScanResult
+    from collapse_doctor.report.html.collect import ReportExtras
 
 __all__ = [
     "STDOUT_FORMATS",
@@ -88,18 +88,18 @@ class OutputRequest:
         must exist and it must not be a directory. ``runs`` are the names of the runs to scan: with more than
         one, the per-run report pages beside ``--html`` are checked too.
 
-        >>> from collapse_doctor.errors import OutputError
+        >>> from collapse_doctor.core.errors import OutputError
         >>> try:
         ...     OutputRequest(json=Path("run.parquet")).check([Path("run.parquet")])
         ... except OutputError as exc:
         ...     print(exc.one_line())
         run.parquet: refusing to overwrite an input file. Hint: choose another path for --json
         """
-        from collapse_doctor.io.atomic import check_outputs
+        from collapse_doctor.io.storage.atomic import check_outputs
 
         files: list[tuple[str, Path | None]] = list(self.files().items())
         if self.html is not None and len(runs) > 1:
-            from collapse_doctor.report.html import run_report_paths
+            from collapse_doctor.report.html.page import run_report_paths
 
             files += [("--html", page) for page in run_report_paths(self.html, runs)]
         check_outputs(files, inputs)
@@ -108,14 +108,14 @@ class OutputRequest:
         """The per-run collector the outputs need (the HTML report's), for ``ScanHooks(collector=...)``."""
         if self.html is None:
             return None
-        from collapse_doctor.report.collect import ReportCollector
+        from collapse_doctor.report.html.collect import ReportCollector
 
         return ReportCollector
 
 
 def _refuse_shared_paths(request: OutputRequest) -> None:
     """Two outputs on one path (after resolving symlinks; ``-`` twice is standard output twice) are refused."""
-    from collapse_doctor.io.atomic import refuse_shared_paths
+    from collapse_doctor.io.storage.atomic import refuse_shared_paths
 
     refuse_shared_paths(request.files().items())
 
@@ -143,7 +143,7 @@ def runs_dict(
 
 
 def runs_json(diagnoses: Sequence[Diagnosis], *, indent: int | None = 2, failures: Sequence[Failure] = ()) -> str:
-    from collapse_doctor.json_text import dumps
+    from collapse_doctor.core.json_text import dumps
 
     return dumps(runs_dict(diagnoses, failures=failures), indent=indent)
 
@@ -169,7 +169,7 @@ def markdown_text(diagnoses: Sequence[Diagnosis]) -> str:
 def written_files(request: OutputRequest, results: Sequence[ScanResult]) -> list[tuple[str, Path]]:
     """``(what, path)`` of every file :func:`write_outputs` wrote for ``request`` (standard output excluded), for
     the "wrote ..." lines."""
-    from collapse_doctor.io.atomic import is_stdout
+    from collapse_doctor.io.storage.atomic import is_stdout
 
     out: list[tuple[str, Path]] = []
     names = [r.diagnosis.run.name or "?" for r in results]
@@ -177,7 +177,7 @@ def written_files(request: OutputRequest, results: Sequence[ScanResult]) -> list
         if is_stdout(path):
             continue
         if option == "--html" and len(results) > 1:
-            from collapse_doctor.report.html import run_report_paths
+            from collapse_doctor.report.html.page import run_report_paths
 
             out.append((f"HTML index of {len(results)} runs", path))
             pages = run_report_paths(path, names)
@@ -220,8 +220,8 @@ def write_outputs(
     if request.markdown is not None:
         _write_text(request.markdown, markdown_text(diagnoses), inputs)
     if request.html is not None:
-        from collapse_doctor.report.collect import ReportExtras
-        from collapse_doctor.report.html import write_report
+        from collapse_doctor.report.html.collect import ReportExtras
+        from collapse_doctor.report.html.page import write_report
 
         def extras(result: ScanResult) -> ReportExtras | None:
             return result.extra if isinstance(result.extra, ReportExtras) else None
@@ -229,7 +229,7 @@ def write_outputs(
         if len(results) == 1:
             write_report(request.html, diagnoses[0], extras(results[0]), inputs=inputs)
         else:
-            from collapse_doctor.report.html import build_index, run_report_paths
+            from collapse_doctor.report.html.page import build_index, run_report_paths
 
             pages = run_report_paths(request.html, [d.run.name or "?" for d in diagnoses])
             for result, page in zip(results, pages, strict=True):
@@ -242,7 +242,7 @@ def write_outputs(
 
 def _inputs(results: Sequence[ScanResult]) -> list[Path]:
     """Every file the scan read (the runs' inputs and the sources their summaries name): never overwritten."""
-    from collapse_doctor.io.remote import input_path
+    from collapse_doctor.io.storage.remote import input_path
 
     seen: dict[Path, None] = {}
     for result in results:
@@ -253,7 +253,7 @@ def _inputs(results: Sequence[ScanResult]) -> list[Path]:
 
 
 def _write_text(path: Path, text: str, inputs: Sequence[Path]) -> None:
-    from collapse_doctor.io.atomic import atomic_path
+    from collapse_doctor.io.storage.atomic import atomic_path
 
     with atomic_path(path, inputs=inputs) as tmp:
         tmp.write_text(text, encoding="utf-8", errors="backslashreplace")  # undecodable file names stay visible
@@ -296,11 +296,11 @@ def make_report(
 ) -> tuple[Diagnosis, ReportExtras, int]:
     """Scan the run under ``paths`` and write its report: what ``collapse-doctor report --html`` does.
 
-    ``options`` as for :func:`~collapse_doctor.pipeline.plan_scan` (several runs under ``paths`` need
+    ``options`` as for :func:`~collapse_doctor.pipeline.scan.plan_scan` (several runs under ``paths`` need
     ``run_name``). Returns the diagnosis, what was gathered for the report, and the size of the file written.
     """
-    from collapse_doctor.pipeline import ScanHooks, plan_scan, run_scan
-    from collapse_doctor.report.collect import ReportExtras
+    from collapse_doctor.pipeline.scan import ScanHooks, plan_scan, run_scan
+    from collapse_doctor.report.html.collect import ReportExtras
 
     request = OutputRequest(html=Path(output))
     plan = plan_scan(paths, options)

@@ -12,11 +12,11 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from collapse_doctor.findings import VERDICT_ORDER, VERDICTS, Finding, Severity, severity_counts, worst_verdict
-from collapse_doctor.numbers import fixed, pct, share_pct
+from collapse_doctor.core.findings import VERDICT_ORDER, VERDICTS, Finding, Severity, severity_counts, worst_verdict
+from collapse_doctor.core.numbers import fixed, pct, share_pct
+from collapse_doctor.core.result import Diagnosis, signal_sentence
+from collapse_doctor.core.text_safety import printable
 from collapse_doctor.report.ci import describe_sources
-from collapse_doctor.result import Diagnosis, signal_sentence
-from collapse_doctor.text_safety import printable
 
 _VERDICT_STYLE = {
     "healthy": "bold green",
@@ -262,7 +262,7 @@ def _state(row: Mapping[str, Any]) -> str:
 
 
 def _findings(console: Console, diagnosis: Diagnosis, *, json_written: bool) -> None:
-    from collapse_doctor.detectors.remedies import FROM_SCAN
+    from collapse_doctor.judge.detectors.remedies import FROM_SCAN
 
     console.print(Text(f"Findings ({len(diagnosis.findings)})", style="bold"))
     if not diagnosis.findings:

@@ -11,7 +11,7 @@
 ``schedule``   the recipe keys (temperature schedule, hybrid switch, channel starts, conditions, std clip)
 ``recipes``    the advantages a schedule implies, step by step (the seam's ``advantage_transform``)
 ``recipe_callback``  the on-finding hybrid switch and the schedule's checkpointed state
-``dynamic``    gdpo-dynamic's EMA state (the math is in :mod:`collapse_doctor.advantages`)
+``dynamic``    gdpo-dynamic's EMA state (the math is in :mod:`collapse_doctor.engine.advantages`)
 ``callbacks``  Ctrl-C stop with a checkpoint, adaptive KL, checkpointed gdpo-dynamic state
 ``run``        ``run_retrain`` and ``plan_retrain``: a plain ``GRPOTrainer`` with
                :class:`collapse_doctor.integrations.trl.CollapseDoctorCallback` (the seam, the rollouts,

@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from collapse_doctor.errors import InputError
+from collapse_doctor.core.errors import InputError
 
 PROMPT_COLUMN = "prompt"
 _DATASET_HINT = "pass a JSONL (one object per line) or Parquet file with a 'prompt' column"

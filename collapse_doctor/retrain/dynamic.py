@@ -1,6 +1,6 @@
 """gdpo-dynamic's state across steps: the EMA of each channel's advantage spread.
 
-The math is in :mod:`collapse_doctor.advantages` (shared with ``scan``); this holds the one piece of
+The math is in :mod:`collapse_doctor.engine.advantages` (shared with ``scan``); this holds the one piece of
 state (the EMA) between generation batches and saves it with each checkpoint so ``--resume`` goes on
 with the same weights.
 """
@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from collapse_doctor.advantages import (
+from collapse_doctor.engine.advantages import (
     Segments,
     channel_advantage_std,
     clipped_channel_advantages,

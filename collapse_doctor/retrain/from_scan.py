@@ -28,8 +28,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from collapse_doctor.errors import InputError, UsageError
-from collapse_doctor.findings import Severity
+from collapse_doctor.core.errors import InputError, UsageError
+from collapse_doctor.core.findings import Severity
 from collapse_doctor.retrain.rewards import RewardSpec
 from collapse_doctor.retrain.schedule import Condition, HybridSwitch
 

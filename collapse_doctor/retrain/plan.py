@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from collapse_doctor.errors import UsageError
+from collapse_doctor.core.errors import UsageError
 from collapse_doctor.retrain.from_scan import scan_advice
 from collapse_doctor.retrain.rewards import RewardSpec, parse_rewards
 from collapse_doctor.retrain.schedule import RecipeSchedule, check_schedule

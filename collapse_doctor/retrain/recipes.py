@@ -8,9 +8,9 @@ With any recipe on, retrain replaces TRL's advantages with these (the callback's
    after it (or without one): GDPO's per-channel group z-scores, clipped to ``+-advantage_clip`` where the
    channel's spread over the step exceeds ``advantage_clip_when_std_above`` (always, for gdpo-dynamic without
    the threshold), fused with the static weights (gdpo) or the dynamic ones at the step's temperature
-   (gdpo-dynamic: the EMA and softmax of :mod:`collapse_doctor.advantages`, over the active channels).
+   (gdpo-dynamic: the EMA and softmax of :mod:`collapse_doctor.engine.advantages`, over the active channels).
 
-The math is :mod:`collapse_doctor.advantages`' (the one source for scan and retrain); this holds the state
+The math is :mod:`collapse_doctor.engine.advantages`' (the one source for scan and retrain); this holds the state
 (the EMA, when an on-finding switch fired) and saves it with each checkpoint.
 """
 
@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from collapse_doctor.advantages import (
+from collapse_doctor.engine.advantages import (
     Segments,
     channel_advantage_std,
     dynamic_channel_weights,

@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from collapse_doctor.errors import UsageError
+from collapse_doctor.core.errors import UsageError
 
 RewardFunction = Callable[..., list[float | None]]
 

@@ -10,12 +10,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from collapse_doctor.advantages import DYNAMIC_TEMPERATURE
-from collapse_doctor.errors import UsageError
+from collapse_doctor.core.errors import UsageError
+from collapse_doctor.engine.advantages import DYNAMIC_TEMPERATURE
 from collapse_doctor.retrain.plan import RetrainOptions, RetrainPlan, build_plan
 
 if TYPE_CHECKING:
-    from collapse_doctor.result import Diagnosis
+    from collapse_doctor.core.result import Diagnosis
 
 TRAIN_EXTRA_HINT = "pip install 'collapse-doctor[train]'"
 
@@ -235,8 +235,8 @@ def run_retrain(options: RetrainOptions, *, final_scan: bool = True) -> RetrainR
     elif doctor.stopped_by:
         result.stop_reason = f"--fail-on {options.fail_on}: stopped at step {steps}"
     if final_scan and _is_main_process() and result.rollouts_dir.is_dir():
-        from collapse_doctor.options import ScanOptions
-        from collapse_doctor.pipeline import diagnose
+        from collapse_doctor.core.options import ScanOptions
+        from collapse_doctor.pipeline.scan import diagnose
 
         # A recipe schedule writes the aggregation of each step into the rollouts (a hybrid switch: two phases,
         # each judged under its own), so the scan reads it there; otherwise the run had one aggregation.

@@ -24,8 +24,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from collapse_doctor.errors import UsageError
-from collapse_doctor.findings import Severity
+from collapse_doctor.core.errors import UsageError
+from collapse_doctor.core.findings import Severity
 
 TemperatureSchedule = tuple[tuple[int, float], ...]
 """``((first step, temperature), ...)``, steps increasing; the first value also holds before its step."""
@@ -88,8 +88,8 @@ def parse_temperature(value: Any, source: str) -> float | TemperatureSchedule:
     >>> parse_temperature([[10, 0.7], [5, 0.4]], "--config")
     Traceback (most recent call last):
     ...
-    collapse_doctor.errors.UsageError: --config: reward_weight_temperature steps must increase, got 10 then 5. Hint: \
-write a number, or a schedule such as [[0, 0.7], [200, 0.4]] (step, temperature)
+    collapse_doctor.core.errors.UsageError: --config: reward_weight_temperature steps must increase, got 10 then 5. \
+Hint: write a number, or a schedule such as [[0, 0.7], [200, 0.4]] (step, temperature)
     """
     key = "reward_weight_temperature"
     if _is_number(value):

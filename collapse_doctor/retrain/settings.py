@@ -32,14 +32,14 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from collapse_doctor.advantages import (
+from collapse_doctor.core.errors import UsageError
+from collapse_doctor.engine.advantages import (
     ADVANTAGE_CLIP,
     DYNAMIC_EMA_ALPHA,
     DYNAMIC_TEMPERATURE,
     DYNAMIC_WEIGHT_MAX,
     DYNAMIC_WEIGHT_MIN,
 )
-from collapse_doctor.errors import UsageError
 from collapse_doctor.retrain.schedule import (
     Condition,
     HybridSwitch,
@@ -149,7 +149,7 @@ def settings_from_mapping(
     >>> settings_from_mapping({"groupsize": 4})
     Traceback (most recent call last):
     ...
-    collapse_doctor.errors.UsageError: --config: unknown key 'groupsize'. Hint: did you mean 'group_size'?
+    collapse_doctor.core.errors.UsageError: --config: unknown key 'groupsize'. Hint: did you mean 'group_size'?
     """
     known = [f.name for f in fields(RetrainSettings)]
     values: dict[str, Any] = {}

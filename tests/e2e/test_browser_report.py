@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from collapse_doctor.options import ScanOptions
+from collapse_doctor.core.options import ScanOptions
 from collapse_doctor.report.outputs import make_report
 from tests.helpers.report import PAYLOAD_CHANNEL, PAYLOAD_SCRIPT, payload_table
 from tests.helpers.tables import WriteTable

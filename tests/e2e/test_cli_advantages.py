@@ -13,8 +13,8 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from collapse_doctor.advantages import compute_advantages
-from collapse_doctor.cli import app
+from collapse_doctor.cli.app import app
+from collapse_doctor.engine.advantages import compute_advantages
 from tests.helpers.tables import WriteTable, make_table, modules_imported_by_cli
 
 runner = CliRunner()

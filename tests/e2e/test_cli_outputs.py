@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from collapse_doctor import cli
-from collapse_doctor.cli import app
-from collapse_doctor.options import ReadOptions, ScanOptions
+from collapse_doctor.cli import app as cli
+from collapse_doctor.cli.app import app
+from collapse_doctor.core.options import ReadOptions, ScanOptions
 from tests.helpers.scalar_runs import collapsed_series, trl_series, write_events
 
 runner = CliRunner()
@@ -136,7 +136,7 @@ def test_bad_option_values_are_one_line(args: list[str], message: str, tmp_path:
 
 
 def test_watch_passes_its_scan_options(monkeypatch: pytest.MonkeyPatch) -> None:
-    from collapse_doctor import watch
+    from collapse_doctor.pipeline import watch
 
     calls: list[tuple[object, ...]] = []
 

@@ -11,7 +11,7 @@ import pyarrow as pa
 import pytest
 from typer.testing import CliRunner
 
-from collapse_doctor.cli import app
+from collapse_doctor.cli.app import app
 from tests.helpers import runs
 from tests.helpers.tables import WriteTable, make_table
 
@@ -81,7 +81,7 @@ def test_junit_report(tmp_path: Path) -> None:
 
 
 def test_junit_marks_crashed_and_skipped_detectors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from collapse_doctor.detectors import REGISTRY
+    from collapse_doctor.judge.detectors import REGISTRY
 
     monkeypatch.setattr(REGISTRY["CD401"], "detect", lambda self, ctx: 1 / 0)
     path = runs.binary_run(tmp_path / "b.parquet", pass_rates={"a": 0.5, "b": 0.5}, weights={"a": 1, "b": 0.7})
@@ -217,7 +217,7 @@ def test_explain() -> None:
     for heading in ("What it detects", "Why it matters", "Evidence", "Remedy", "warn_rho = 0.85"):
         assert heading in result.stdout
     listing = runner.invoke(app, ["explain"])
-    from collapse_doctor.detectors import REGISTRY
+    from collapse_doctor.judge.detectors import REGISTRY
 
     assert listing.exit_code == 0 and listing.stdout.count("\nCD") == len(REGISTRY) - 1
     unknown = runner.invoke(app, ["explain", "CD999"])
@@ -225,8 +225,8 @@ def test_explain() -> None:
 
 
 def test_python_api() -> None:
-    from collapse_doctor.options import ScanOptions
-    from collapse_doctor.pipeline import diagnose
+    from collapse_doctor.core.options import ScanOptions
+    from collapse_doctor.pipeline.scan import diagnose
 
     diagnosis = diagnose(["sample_logs/collinear.parquet"], ScanOptions.of(device="cpu"))
     assert diagnosis.verdict == "at_risk"

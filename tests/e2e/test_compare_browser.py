@@ -8,9 +8,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from collapse_doctor.compare import GateSettings, compare_runs
-from collapse_doctor.options import ScanOptions
-from collapse_doctor.report.compare_html import write_comparison_html
+from collapse_doctor.core.options import ScanOptions
+from collapse_doctor.pipeline.compare import GateSettings, compare_runs
+from collapse_doctor.report.html.compare_html import write_comparison_html
 from tests.e2e.test_browser_report import NETWORK, UNRENDERED, browser, load, screenshot
 from tests.helpers.report import PAYLOAD_CHANNEL, PAYLOAD_SCRIPT, payload_table
 from tests.helpers.tables import WriteTable

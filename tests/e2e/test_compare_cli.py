@@ -16,8 +16,8 @@ import jsonschema
 import pytest
 from typer.testing import CliRunner
 
-from collapse_doctor.cli import app
-from collapse_doctor.simulate import write_simulation
+from collapse_doctor.cli.app import app
+from collapse_doctor.pipeline.simulate import write_simulation
 from tests.helpers.report import PAYLOAD_CHANNEL, PAYLOAD_SCRIPT, payload_table
 from tests.helpers.tables import WriteTable
 

@@ -21,8 +21,8 @@ from typing import Any
 
 import pytest
 
-from collapse_doctor.options import ScanOptions
-from collapse_doctor.pipeline import diagnose
+from collapse_doctor.core.options import ScanOptions
+from collapse_doctor.pipeline.scan import diagnose
 from tests.helpers.paths import ROOT
 
 CORPUS = ROOT / "tests" / "data" / "trl_corpus"

@@ -22,7 +22,7 @@ import pyarrow as pa
 import pytest
 from typer.testing import CliRunner
 
-from collapse_doctor.cli import app
+from collapse_doctor.cli.app import app
 from tests.helpers.tables import WriteTable, make_table
 
 runner = CliRunner()

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from collapse_doctor.detectors.reference import reference_markdown
+from collapse_doctor.judge.detectors.reference import reference_markdown
 from tests.helpers.paths import ROOT
 
 
@@ -17,7 +17,7 @@ def test_detector_reference_is_up_to_date() -> None:
     if os.environ.get("UPDATE_GOLDEN") == "1":
         path.write_text(reference_markdown())
         pytest.skip("UPDATE_GOLDEN=1: docs/detectors.md rewritten")
-    hint = "run: python -m collapse_doctor.detectors.reference > docs/detectors.md"
+    hint = "run: python -m collapse_doctor.judge.detectors.reference > docs/detectors.md"
     assert path.read_text() == reference_markdown(), hint
 
 
@@ -37,7 +37,7 @@ def test_the_report_example_in_the_docs_is_what_report_prints(tmp_path: Path) ->
     """docs/report.md quotes `report --html` on a shipped sample: verdict, findings and size (within 15%)."""
     from typer.testing import CliRunner
 
-    from collapse_doctor.cli import app
+    from collapse_doctor.cli.app import app
 
     quoted = re.search(r"^wrote report\.html \(([\d.]+) MB\): (.+)$", (ROOT / "docs" / "report.md").read_text(), re.M)
     assert quoted is not None

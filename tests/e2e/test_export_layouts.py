@@ -10,9 +10,9 @@ import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
-from collapse_doctor.cli import app
-from collapse_doctor.errors import InputError
-from collapse_doctor.export import export_advantages
+from collapse_doctor.cli.app import app
+from collapse_doctor.core.errors import InputError
+from collapse_doctor.pipeline.export import export_advantages
 from tests.helpers.scalar_runs import trl_series, write_events
 from tests.helpers.trl import GROUPS, SIZE, STEPS, trl_output_dir
 

@@ -15,7 +15,7 @@ import jsonschema
 import pytest
 from typer.testing import CliRunner
 
-from collapse_doctor.cli import app
+from collapse_doctor.cli.app import app
 
 runner = CliRunner()
 ROOT = Path(__file__).resolve().parents[2]

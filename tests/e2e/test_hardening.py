@@ -15,10 +15,10 @@ import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
-from collapse_doctor.cli import app
-from collapse_doctor.pipeline import diagnose
+from collapse_doctor.cli.app import app
+from collapse_doctor.pipeline.scan import diagnose
+from collapse_doctor.pipeline.simulate import write_simulation
 from collapse_doctor.report.text import render_text
-from collapse_doctor.simulate import write_simulation
 from tests.helpers.tables import WriteTable, make_table
 
 runner = CliRunner()
@@ -131,7 +131,7 @@ def test_sigterm_removes_the_temp_file_and_exits_143(tmp_path: Path) -> None:
     out = tmp_path / "out" / "adv.parquet"
     out.parent.mkdir()
     exe = Path(sys.executable).with_name("collapse-doctor")
-    command = [str(exe)] if exe.exists() else [sys.executable, "-m", "collapse_doctor.cli"]
+    command = [str(exe)] if exe.exists() else [sys.executable, "-m", "collapse_doctor.cli.app"]
     proc = subprocess.Popen(
         [*command, "advantages", str(source), "-o", str(out), "--device", "cpu"],
         stdout=subprocess.PIPE,

@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from collapse_doctor.cli import app
+from collapse_doctor.cli.app import app
 
 runner = CliRunner()
 

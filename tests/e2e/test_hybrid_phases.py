@@ -28,10 +28,10 @@ import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
-from collapse_doctor.cli import app
-from collapse_doctor.pipeline import aggregation_phases
-from collapse_doctor.result import Phase
-from collapse_doctor.simulate import write_simulation
+from collapse_doctor.cli.app import app
+from collapse_doctor.core.result import Phase
+from collapse_doctor.pipeline.scan import aggregation_phases
+from collapse_doctor.pipeline.simulate import write_simulation
 from tests.unit.report.test_outputs import SCHEMA
 
 runner = CliRunner()
@@ -115,7 +115,7 @@ def test_unknown_values_are_a_warning_and_the_run_is_judged_as_before(tmp_path: 
 
 
 def test_watch_judges_the_phases_too(tmp_path: Path) -> None:
-    from collapse_doctor.incremental import IncrementalScan
+    from collapse_doctor.pipeline.incremental import IncrementalScan
 
     (diagnosis,) = IncrementalScan().diagnose_runs([_hybrid(tmp_path)])
     assert [p.label() for p in diagnosis.run.phases] == ["GRPO steps 0-59", "GDPO steps 60-119"]

@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
-from collapse_doctor.cli import app
+from collapse_doctor.cli.app import app
 from tests.helpers.tables import WriteTable, make_table
 
 runner = CliRunner()
@@ -126,8 +126,8 @@ def test_a_file_name_that_is_not_utf8_is_read_and_shown_escaped(write_table: Wri
 
 
 def test_jsonl_errors_give_line_numbers_also_when_read_from_an_offset(tmp_path: Path) -> None:
-    from collapse_doctor.errors import InputError
-    from collapse_doctor.io.scalar_logs import read_verl_file_log
+    from collapse_doctor.core.errors import InputError
+    from collapse_doctor.io.logs.trainer_logs import read_verl_file_log
 
     good = "".join(json.dumps({"step": s, "data": {"critic/score/mean": 0.1 * s}}) + "\n" for s in range(3))
     path = tmp_path / "verl.jsonl"

@@ -14,10 +14,10 @@ import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
-from collapse_doctor.cli import app
-from collapse_doctor.io import remote
-from collapse_doctor.options import ScanOptions
-from collapse_doctor.watch import WatchState, watch
+from collapse_doctor.cli.app import app
+from collapse_doctor.core.options import ScanOptions
+from collapse_doctor.io.storage import remote
+from collapse_doctor.pipeline.watch import WatchState, watch
 from tests.helpers.runs import binary_run
 from tests.helpers.s3 import S3Server, s3_server  # noqa: F401  (the session fixture)
 from tests.helpers.trl import trl_output_dir

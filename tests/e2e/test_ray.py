@@ -20,9 +20,9 @@ import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
-from collapse_doctor import reduce
-from collapse_doctor.cli import app, main
-from collapse_doctor.cluster import normalise_ray_flag
+from collapse_doctor.cli.app import app, main
+from collapse_doctor.engine import reduce
+from collapse_doctor.engine.cluster import normalise_ray_flag
 from tests.helpers.ray_runs import assert_same, multi_file_run
 from tests.helpers.runs import simulated
 from tests.helpers.tables import make_table
@@ -68,7 +68,7 @@ def test_scan_of_shards_equals_the_local_scan(tmp_path: Path) -> None:
     run = multi_file_run(tmp_path)
     code, local = _scan_json([str(run)], tmp_path, "local")
     assert local["findings"], "the run is meant to have findings"
-    from collapse_doctor.io.parquet import ParquetRun
+    from collapse_doctor.io.rollouts.parquet import ParquetRun
 
     assert len(reduce.shard_ranges(ParquetRun(sorted(run.glob("*.parquet"))), 2)) >= 4  # cut into several
     code_ray, on_ray = _scan_json([str(run), "--ray"], tmp_path, "ray")
@@ -78,9 +78,9 @@ def test_scan_of_shards_equals_the_local_scan(tmp_path: Path) -> None:
 
 
 def test_report_collects_the_same_histograms_and_sample(tmp_path: Path) -> None:
-    from collapse_doctor.options import ScanOptions
-    from collapse_doctor.pipeline import ScanHooks, plan_scan, run_scan
-    from collapse_doctor.report.collect import ReportCollector
+    from collapse_doctor.core.options import ScanOptions
+    from collapse_doctor.pipeline.scan import ScanHooks, plan_scan, run_scan
+    from collapse_doctor.report.html.collect import ReportCollector
 
     run = multi_file_run(tmp_path)
     extras = []
@@ -178,8 +178,8 @@ def _dies(_: int) -> int:
 
 
 def test_a_task_that_dies_is_an_error_naming_its_input() -> None:
-    from collapse_doctor.cluster import ray_session
-    from collapse_doctor.errors import InputError
+    from collapse_doctor.core.errors import InputError
+    from collapse_doctor.engine.cluster import ray_session
 
     with ray_session("local") as executor, pytest.raises(InputError, match=r"^shard-7: the Ray task reading it"):
         list(executor.map(_dies, [7], lambda item: f"shard-{item}"))
@@ -193,8 +193,8 @@ def test_ray_with_a_gpu_device_is_one_line(tmp_path: Path) -> None:
 
 
 def test_unreachable_address_fails_fast() -> None:
-    from collapse_doctor.cluster import _check_reachable
-    from collapse_doctor.errors import InputError
+    from collapse_doctor.core.errors import InputError
+    from collapse_doctor.engine.cluster import _check_reachable
 
     with pytest.raises(InputError, match=r"--ray 127.0.0.1:1: cannot connect to a Ray cluster"):
         _check_reachable("127.0.0.1:1")

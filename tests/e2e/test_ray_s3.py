@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from collapse_doctor import reduce
-from collapse_doctor.cli import app
+from collapse_doctor.cli.app import app
+from collapse_doctor.engine import reduce
 from tests.helpers.ray_runs import assert_same, multi_file_run
 from tests.helpers.s3 import S3Server, s3_server  # noqa: F401  (the session fixture)
 

@@ -16,18 +16,18 @@ import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
-from collapse_doctor.cli import app
+from collapse_doctor.cli.app import app
+from collapse_doctor.core.options import ScanOptions
+from collapse_doctor.core.result import Diagnosis
+from collapse_doctor.core.series import RunSeries
 from collapse_doctor.io.discovery import RunInputs, discover_runs
-from collapse_doctor.options import ScanOptions
-from collapse_doctor.pipeline import diagnose
-from collapse_doctor.report import collect
-from collapse_doctor.report.collect import ReportCollector, ReportExtras
-from collapse_doctor.report.figures import MAX_POINTS
-from collapse_doctor.report.html import PLOTLY_BUNDLE, PLOTLY_TRACE_TYPES, build_report, plotly_js
+from collapse_doctor.pipeline.scan import diagnose
+from collapse_doctor.pipeline.simulate import write_simulation
+from collapse_doctor.report.html import collect
+from collapse_doctor.report.html.collect import ReportCollector, ReportExtras
+from collapse_doctor.report.html.figures import MAX_POINTS
+from collapse_doctor.report.html.page import PLOTLY_BUNDLE, PLOTLY_TRACE_TYPES, build_report, plotly_js
 from collapse_doctor.report.outputs import make_report
-from collapse_doctor.result import Diagnosis
-from collapse_doctor.series import RunSeries
-from collapse_doctor.simulate import write_simulation
 from tests.helpers.report import PAYLOAD_CHANNEL, PAYLOAD_SCRIPT, payload_table, report_data
 from tests.helpers.tables import WriteTable, make_table
 
@@ -156,7 +156,7 @@ def test_long_run_is_thinned_for_display(tmp_path: Path) -> None:
 def test_scalar_panels_appear_only_when_the_run_has_scalars(
     saturating: tuple[Diagnosis, ReportExtras, str],
 ) -> None:
-    from collapse_doctor.scalars import ScalarSeries, TagPoints
+    from collapse_doctor.core.scalars import ScalarSeries, TagPoints
 
     diagnosis, _, page = saturating
     assert 'id="scalars"' not in page

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from collapse_doctor.cli import app
-from collapse_doctor.errors import InputError, UsageError
+from collapse_doctor.cli.app import app
+from collapse_doctor.core.errors import InputError, UsageError
 from collapse_doctor.retrain.data import read_prompt_rows
 from collapse_doctor.retrain.plan import RetrainOptions, apply_scan, build_plan
 from collapse_doctor.retrain.rewards import exact_match, format_tag, length_limit, parse_reward, parse_rewards
@@ -37,7 +37,7 @@ def test_missing_train_extra_is_one_line() -> None:
     code = (
         "import sys\n"
         "sys.modules['trl'] = None\n"
-        "from collapse_doctor.cli import main\n"
+        "from collapse_doctor.cli.app import main\n"
         "main(['retrain', '--demo', '--dry-run'])\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from collapse_doctor.cli import app
+from collapse_doctor.cli.app import app
 from tests.helpers.paths import SAMPLE_LOGS
 from tests.helpers.trackers import Corpus, shared_tracker_corpus
 

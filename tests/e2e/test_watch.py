@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from collapse_doctor.cli import app
-from collapse_doctor.options import ScanOptions
-from collapse_doctor.watch import WatchState, watch
+from collapse_doctor.cli.app import app
+from collapse_doctor.core.options import ScanOptions
+from collapse_doctor.pipeline.watch import WatchState, watch
 from tests.helpers.scalar_runs import after, flat, record, scalar_event, trl_series
 
 EVENTS = "events.out.tfevents.1700000000.host"
@@ -102,7 +102,7 @@ def test_watch_command(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     def interrupted(*_: object, **__: object) -> None:
         raise KeyboardInterrupt
 
-    monkeypatch.setattr("collapse_doctor.watch.watch", interrupted)
+    monkeypatch.setattr("collapse_doctor.pipeline.watch.watch", interrupted)
     stopped = runner.invoke(app, args)
     assert stopped.exit_code == 0 and "stopped (Ctrl-C)" in stopped.stdout
 
@@ -110,8 +110,8 @@ def test_watch_command(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 def test_per_step_rollout_files_are_read_once_and_match_a_full_scan(tmp_path: Path) -> None:
     import numpy as np
 
-    from collapse_doctor.incremental import IncrementalScan
-    from collapse_doctor.pipeline import diagnose
+    from collapse_doctor.pipeline.incremental import IncrementalScan
+    from collapse_doctor.pipeline.scan import diagnose
     from tests.helpers.trl import trl_output_dir
 
     out = trl_output_dir(tmp_path / "out", saturate_at=10)

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from collapse_doctor.cli import app
-from collapse_doctor.errors import InputError
-from collapse_doctor.options import ScanOptions
-from collapse_doctor.watch import WatchState, watch
+from collapse_doctor.cli.app import app
+from collapse_doctor.core.errors import InputError
+from collapse_doctor.core.options import ScanOptions
+from collapse_doctor.pipeline.watch import WatchState, watch
 from tests.helpers.scalar_runs import after, flat, record, scalar_event, trl_series
 
 runner = CliRunner()
@@ -52,7 +52,7 @@ def test_ctrl_c_prints_the_summary(tmp_path: Path, monkeypatch: pytest.MonkeyPat
         state.polls, state.scans, state.last_step = 4, 2, 17
         raise KeyboardInterrupt
 
-    monkeypatch.setattr("collapse_doctor.watch.watch", interrupted)
+    monkeypatch.setattr("collapse_doctor.pipeline.watch.watch", interrupted)
     result = runner.invoke(app, ["watch", str(tmp_path), "--interval", "1"])
     assert result.exit_code == 0
     assert "stopped (Ctrl-C): watched 4 poll(s), 2 scan(s), last step 17: no findings" in result.stdout
@@ -86,8 +86,8 @@ def test_sigterm_prints_the_summary_and_exits_143(tmp_path: Path) -> None:
 def test_finding_lines_show_control_characters_escaped() -> None:
     from types import SimpleNamespace
 
-    from collapse_doctor.findings import Finding, Severity
-    from collapse_doctor.watch import finding_line
+    from collapse_doctor.core.findings import Finding, Severity
+    from collapse_doctor.pipeline.watch import finding_line
 
     evil = "fmt\x1b[31mRED\u202e"
     finding = Finding("CD101", Severity.WARNING, f"`{evil}` decays", f"`{evil}` fell", channels=(evil,), remedy="x")

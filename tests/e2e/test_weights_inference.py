@@ -16,11 +16,11 @@ import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
-import collapse_doctor.pipeline as pipeline
-from collapse_doctor.cli import app
-from collapse_doctor.export import export_advantages
-from collapse_doctor.options import ScanOptions
-from collapse_doctor.pipeline import INFERRED_WEIGHTS_SOURCE, diagnose
+import collapse_doctor.pipeline.scan as pipeline
+from collapse_doctor.cli.app import app
+from collapse_doctor.core.options import ScanOptions
+from collapse_doctor.pipeline.export import export_advantages
+from collapse_doctor.pipeline.scan import INFERRED_WEIGHTS_SOURCE, diagnose
 
 CORPUS = Path(__file__).resolve().parents[1] / "data" / "trl_corpus"
 runner = CliRunner()

@@ -8,7 +8,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from collapse_doctor.simulate import write_simulation
+from collapse_doctor.pipeline.simulate import write_simulation
 
 
 def _frame(steps: int, groups: int, group_size: int) -> tuple[np.ndarray, np.ndarray]:

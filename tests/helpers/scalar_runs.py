@@ -170,7 +170,7 @@ SCALAR_CASES: dict[str, tuple[Callable[[Path], Path], Callable[[Path], Path]]] =
 
 def record(payload: bytes) -> bytes:
     """One TFRecord: length, masked CRC of the length, payload, masked CRC of the payload."""
-    from collapse_doctor.io.crc32c import masked_crc32c
+    from collapse_doctor.io.logs.crc32c import masked_crc32c
 
     length = len(payload).to_bytes(8, "little")
     return length + masked_crc32c(length).to_bytes(4, "little") + payload + masked_crc32c(payload).to_bytes(4, "little")

@@ -1,6 +1,6 @@
 """Hand-built per-step series of a healthy run, for detector unit tests: change what a test is about.
 
-Every series of the catalogue (collapse_doctor.series.SERIES) gets a neutral value of its shape: channels
+Every series of the catalogue (collapse_doctor.core.series.SERIES) gets a neutral value of its shape: channels
 that vary in every group and share the variance evenly, no silent groups, no ties, no correlation, well-shaped
 advantages. ``logged_*`` and ``wfit_*`` are left out (no logged advantage), as a reader without one leaves them.
 """
@@ -12,11 +12,11 @@ from typing import Any
 
 import numpy as np
 
-from collapse_doctor.config import Config
-from collapse_doctor.detectors.base import threshold_defaults
-from collapse_doctor.pipeline import detect
-from collapse_doctor.result import Diagnosis, RunSummary
-from collapse_doctor.series import SERIES, RunSeries, channel_pairs
+from collapse_doctor.core.config import Config
+from collapse_doctor.core.result import Diagnosis, RunSummary
+from collapse_doctor.core.series import SERIES, RunSeries, channel_pairs
+from collapse_doctor.judge.detectors.base import threshold_defaults
+from collapse_doctor.pipeline.scan import detect
 
 GROUPS, SIZE = 16, 8
 

@@ -19,8 +19,8 @@ from functools import cached_property
 import numpy as np
 import torch
 
-from collapse_doctor.advantages import compute_advantages
-from collapse_doctor.stats import ChunkInput, dense_group_size, step_statistics
+from collapse_doctor.engine.advantages import compute_advantages
+from collapse_doctor.engine.stats import ChunkInput, dense_group_size, step_statistics
 
 WEIGHTS = (1.0, 0.5, 2.0, 0.25)
 LAYOUTS = ("dense", "dense-as-general", "messy")

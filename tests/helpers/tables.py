@@ -47,7 +47,7 @@ def modules_imported_by_cli(*calls: Sequence[str], packages: Sequence[str]) -> l
     code = (
         "import json, sys\n"
         "from typer.testing import CliRunner\n"
-        "from collapse_doctor.cli import app\n"
+        "from collapse_doctor.cli.app import app\n"
         f"for args in {[list(call) for call in calls]!r}:\n"
         "    r = CliRunner().invoke(app, args)\n"
         "    assert r.exit_code == 0, r.output\n"

@@ -9,7 +9,7 @@ import torch
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from collapse_doctor.advantages import compute_advantages, group_zscore_bound, group_zscores
+from collapse_doctor.engine.advantages import compute_advantages, group_zscore_bound, group_zscores
 
 EPS = {"trl": 1e-4, "verl": 1e-6, "paper": 0.0}
 conventions = st.sampled_from(["trl", "verl", "paper"])

@@ -1,6 +1,6 @@
 """The advantage engine against an independent, deliberately naive float64 reference.
 
-Two references live in this file and share nothing with ``collapse_doctor.advantages``:
+Two references live in this file and share nothing with ``collapse_doctor.engine.advantages``:
 
 * ``trl_*_literal``: a line-by-line numpy transcription of TRL's ``GRPOTrainer`` code, which needs the
   contiguous ``view(-1, G)`` layout (equal group sizes, rows sorted by group, one step per call);
@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 import torch
 
-from collapse_doctor.advantages import compute_advantages, gdpo_advantages, group_zscores, grpo_advantages
+from collapse_doctor.engine.advantages import compute_advantages, gdpo_advantages, group_zscores, grpo_advantages
 
 ATOL = 1e-5
 NAN = math.nan
@@ -314,7 +314,7 @@ def test_engine_matches_trl_literal_per_step(scale):
 
 def test_block_layout_keeps_constant_groups_exactly_zero():
     """Consecutive equal-size groups (the engine's block path): a constant group still gives exactly 0."""
-    from collapse_doctor.advantages import Segments
+    from collapse_doctor.engine.advantages import Segments
 
     rewards = np.array([[0.1, 0.7]] * 4 + [[0.3, 0.2], [0.9, 0.1], [0.2, 0.4], [0.5, 0.5]], dtype=np.float32)
     group = np.repeat(np.arange(2), 4)
@@ -567,8 +567,8 @@ def test_weights_format_and_correct():
 
 
 def run_dense_engine(rewards, group_size, step, weights, scale, convention):
-    """(grpo, gdpo, zscores) row by row from :class:`collapse_doctor.stats.dense.DenseChunk` (no torch)."""
-    from collapse_doctor.stats.dense import DenseChunk, dense_layout
+    """(grpo, gdpo, zscores) row by row from :class:`collapse_doctor.engine.stats.dense.DenseChunk` (no torch)."""
+    from collapse_doctor.engine.stats.dense import DenseChunk, dense_layout
 
     step = np.asarray(step, dtype=np.int64)
     group = np.arange(rewards.shape[0]) // group_size

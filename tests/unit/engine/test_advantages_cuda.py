@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from collapse_doctor.advantages import compute_advantages
+from collapse_doctor.engine.advantages import compute_advantages
 
 pytestmark = [
     pytest.mark.cuda,

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from collapse_doctor.advantages import (
+from collapse_doctor.core.errors import UsageError
+from collapse_doctor.engine.advantages import (
     bounded_simplex,
     channel_advantage_std,
     clipped_channel_advantages,
@@ -17,7 +18,6 @@ from collapse_doctor.advantages import (
     group_zscores,
     update_std_ema,
 )
-from collapse_doctor.errors import UsageError
 from collapse_doctor.retrain.dynamic import DynamicWeighting
 
 

@@ -7,8 +7,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from collapse_doctor.errors import InputError
-from collapse_doctor.reduce import ReadAhead
+from collapse_doctor.core.errors import InputError
+from collapse_doctor.engine.reduce import ReadAhead
 
 
 def _chunks(n: int, fail_at: int | None = None, seen: list[int] | None = None) -> Iterator[int]:

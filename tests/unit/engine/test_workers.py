@@ -8,7 +8,7 @@ import time
 import pytest
 import torch
 
-from collapse_doctor.workers import ChunkWorkers
+from collapse_doctor.engine.workers import ChunkWorkers
 
 
 def test_results_come_back_in_input_order_from_several_threads() -> None:
@@ -54,8 +54,8 @@ def test_blocks_open_on_several_threads_restore_torch_threads_once() -> None:
 
     import torch
 
-    from collapse_doctor.parallel import map_ordered
-    from collapse_doctor.workers import ChunkWorkers
+    from collapse_doctor.engine.parallel import map_ordered
+    from collapse_doctor.engine.workers import ChunkWorkers
 
     before = torch.get_num_threads()
     inside: list[int] = []

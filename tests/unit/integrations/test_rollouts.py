@@ -76,7 +76,7 @@ def test_a_resume_purges_the_later_events_and_rows(tmp_path: Path) -> None:
     weights = scalars(tmp_path, "collapse_doctor/weight/a")
     assert [s for s, _ in weights] == list(range(6)), "each step once, the purged session's later events dropped"
     # the project's own reader sees the SessionLog START of the resumed file and drops the first session's 3..5
-    from collapse_doctor.io.tensorboard import merge_reads, read_event_file
+    from collapse_doctor.io.logs.tensorboard import merge_reads, read_event_file
 
     files = sorted((tmp_path / "tensorboard").iterdir(), key=lambda f: f.stat().st_mtime_ns)
     assert len(files) == 2

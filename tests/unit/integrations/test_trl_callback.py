@@ -133,8 +133,8 @@ def test_scalars_reach_the_trainers_logger(run: Run) -> None:
 def test_output_dir_scans_like_a_retrain_run(run: Run) -> None:
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    from collapse_doctor.options import ScanOptions
-    from collapse_doctor.pipeline import diagnose
+    from collapse_doctor.core.options import ScanOptions
+    from collapse_doctor.pipeline.scan import diagnose
 
     parts = sorted(p.name for p in (run.out / "rollouts").glob("*.parquet"))
     assert parts == ["part-000000-000003.parquet", "part-000004-000007.parquet"]
@@ -222,7 +222,7 @@ def test_existing_rollouts_of_another_run_are_left_alone(tmp_path: Path) -> None
 
 
 def test_bad_arguments_are_one_line_errors() -> None:
-    from collapse_doctor.errors import UsageError
+    from collapse_doctor.core.errors import UsageError
 
     with pytest.raises(UsageError, match="fail_on"):
         CollapseDoctorCallback(fail_on="sometimes")

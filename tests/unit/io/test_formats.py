@@ -14,7 +14,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from collapse_doctor.errors import InputError
+from collapse_doctor.core.errors import InputError
+from collapse_doctor.core.options import ReadOptions
 from collapse_doctor.io import formats
 from collapse_doctor.io.discovery import discover_runs
 from collapse_doctor.io.formats import (
@@ -30,12 +31,11 @@ from collapse_doctor.io.formats import (
     is_per_step,
     register,
 )
+from collapse_doctor.io.logs.tensorboard import EventFileRead
+from collapse_doctor.io.logs.trainer_logs import records_to_read
 from collapse_doctor.io.open import open_rollouts, read_scalar_log
-from collapse_doctor.io.parquet import ParquetRun
-from collapse_doctor.io.scalar_logs import records_to_read
-from collapse_doctor.io.table_run import TableRun
-from collapse_doctor.io.tensorboard import EventFileRead
-from collapse_doctor.options import ReadOptions
+from collapse_doctor.io.rollouts.parquet import ParquetRun
+from collapse_doctor.io.rollouts.table_run import TableRun
 from tests.helpers.scalar_runs import scalar_event, write_raw
 from tests.helpers.tables import make_table
 from tests.helpers.trackers import TRACKER_KINDS, one_point_file

@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from collapse_doctor.options import ScanOptions
-from collapse_doctor.pipeline import diagnose
+from collapse_doctor.core.options import ScanOptions
+from collapse_doctor.core.result import Diagnosis
+from collapse_doctor.pipeline.scan import diagnose
+from collapse_doctor.pipeline.simulate import write_simulation
 from collapse_doctor.report.ci import junit_xml, markdown_summary
-from collapse_doctor.report.html import build_report
+from collapse_doctor.report.html.page import build_report
 from collapse_doctor.report.text import render_text
-from collapse_doctor.result import Diagnosis
-from collapse_doctor.simulate import write_simulation
 
 
 @pytest.fixture(scope="module")

@@ -10,16 +10,17 @@ from xml.etree import ElementTree as ET
 import jsonschema
 import pytest
 
-from collapse_doctor.errors import OutputError, UsageError
-from collapse_doctor.options import ScanOptions
-from collapse_doctor.pipeline import ScanHooks, ScanResult, plan_scan, run_scan
+from collapse_doctor.core.errors import OutputError, UsageError
+from collapse_doctor.core.options import ScanOptions
+from collapse_doctor.pipeline.scan import ScanHooks, ScanResult, plan_scan, run_scan
+from collapse_doctor.pipeline.simulate import write_simulation
 from collapse_doctor.report.ci import github_annotations, junit_xml, markdown_summary
-from collapse_doctor.report.collect import ReportCollector, ReportExtras
+from collapse_doctor.report.html.collect import ReportCollector, ReportExtras
 from collapse_doctor.report.outputs import OutputRequest, runs_dict, write_outputs
-from collapse_doctor.simulate import write_simulation
+from tests.helpers.paths import ROOT as REPO_ROOT
 from tests.helpers.scalar_runs import collapsed_series, trl_series, write_events
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = REPO_ROOT
 SCHEMA = json.loads((ROOT / "docs" / "scan-output.schema.json").read_text())
 
 
@@ -189,8 +190,8 @@ def test_check_comes_before_any_work(tmp_path: Path, monkeypatch: pytest.MonkeyP
     """The CLI checks the outputs against the plan's files before it scans anything."""
     from typer.testing import CliRunner
 
-    from collapse_doctor import pipeline
-    from collapse_doctor.cli import app
+    from collapse_doctor.cli.app import app
+    from collapse_doctor.pipeline import scan as pipeline
 
     path = tmp_path / "run.parquet"
     write_simulation(path, "healthy", steps=20, groups=4, group_size=4)

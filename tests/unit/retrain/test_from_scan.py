@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from collapse_doctor.cli import app
-from collapse_doctor.errors import UsageError
+from collapse_doctor.cli.app import app
+from collapse_doctor.core.errors import UsageError
 from collapse_doctor.retrain.from_scan import scan_advice
 from collapse_doctor.retrain.plan import RetrainOptions, build_plan, check_hub_model, check_output_dir
 from collapse_doctor.retrain.rewards import parse_rewards

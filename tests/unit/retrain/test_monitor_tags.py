@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 from collapse_doctor import diagnose
-from collapse_doctor import scalars as S
-from collapse_doctor.io import tags as T
-from collapse_doctor.options import ScanOptions
+from collapse_doctor.core import scalars as S
+from collapse_doctor.core.options import ScanOptions
+from collapse_doctor.io.logs import tags as T
 from collapse_doctor.report.ci import describe_sources, markdown_summary
 from collapse_doctor.report.text import render_text
 from tests.helpers.scalar_runs import trl_series, write_events

@@ -8,15 +8,15 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from collapse_doctor.advantages import (
+from collapse_doctor.core.errors import UsageError
+from collapse_doctor.core.findings import Severity
+from collapse_doctor.engine.advantages import (
     Segments,
     channel_advantage_std,
     gdpo_advantages,
     group_zscores,
     grpo_advantages,
 )
-from collapse_doctor.errors import UsageError
-from collapse_doctor.findings import Severity
 from collapse_doctor.retrain.recipes import ScheduledAdvantages, conditioned_rewards
 from collapse_doctor.retrain.schedule import Condition, HybridSwitch, RecipeSchedule, check_schedule
 from collapse_doctor.retrain.settings import settings_from_mapping
@@ -177,7 +177,7 @@ def test_scheduled_grpo_then_gdpo_with_channels_conditions_and_std_clip() -> Non
 
 
 def test_scheduled_dynamic_temperature_and_late_channel() -> None:
-    from collapse_doctor.advantages import dynamic_channel_weights, update_std_ema
+    from collapse_doctor.engine.advantages import dynamic_channel_weights, update_std_ema
 
     s = schedule(temperature=((0, 0.7), (2, 0.3)), channel_start={"style": 1})
     transform = ScheduledAdvantages(s, base_weights=(1.0, 1.0, 1.0), step_of=lambda: 0, upper=0.8)

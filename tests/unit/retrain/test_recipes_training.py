@@ -22,7 +22,7 @@ pytest.importorskip("trl")
 
 from trl import GRPOTrainer
 
-from collapse_doctor.advantages import (
+from collapse_doctor.engine.advantages import (
     channel_advantage_std,
     dynamic_channel_weights,
     gdpo_advantages,
@@ -150,7 +150,7 @@ def test_the_switch_points_reach_tensorboard_scan_and_the_checkpoint(
 ) -> None:
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    from collapse_doctor.pipeline import diagnose
+    from collapse_doctor.pipeline.scan import diagnose
 
     result, _ = recipe_run
     events = EventAccumulator(str(result.output_dir / "tensorboard"))
@@ -173,7 +173,7 @@ def test_the_final_scan_judges_each_phase_under_its_own_aggregation(
 ) -> None:
     """The rollouts' ``aggregation`` column records the switch at step 2: the scan of the output sees two phases
     (GRPO on steps 0-1, then gdpo-dynamic, judged as GDPO), not one aggregation for the whole run."""
-    from collapse_doctor.result import Phase
+    from collapse_doctor.core.result import Phase
 
     result, _ = recipe_run
     assert result.diagnosis is not None

@@ -19,7 +19,7 @@ pytest.importorskip("trl")
 
 from trl import GRPOTrainer
 
-from collapse_doctor.advantages import gdpo_advantages, grpo_advantages
+from collapse_doctor.engine.advantages import gdpo_advantages, grpo_advantages
 from collapse_doctor.retrain.plan import RetrainOptions
 from collapse_doctor.retrain.run import run_retrain
 
@@ -121,7 +121,7 @@ def test_parity_with_trl_advantages(tmp_path: Path, loss_advantages: list[torch.
 
 
 def test_gdpo_dynamic_replaces_advantages_and_logs_weights(tmp_path: Path, loss_advantages: list[torch.Tensor]) -> None:
-    from collapse_doctor.advantages import dynamic_weight_schedule
+    from collapse_doctor.engine.advantages import dynamic_weight_schedule
 
     result = run_retrain(tiny_options(tmp_path, "gdpo-dynamic"), final_scan=True)
     rows = read_rollouts(result.output_dir)
@@ -131,7 +131,7 @@ def test_gdpo_dynamic_replaces_advantages_and_logs_weights(tmp_path: Path, loss_
         logged = np.sort(rows["advantage"][rows["step"] == step])
         np.testing.assert_allclose(np.sort(used.numpy()), logged, atol=1e-6, rtol=0)
     # the logged weights are the schedule of the logged rewards (one source of math)
-    from collapse_doctor.advantages import channel_advantage_std, clipped_channel_advantages, group_zscores
+    from collapse_doctor.engine.advantages import channel_advantage_std, clipped_channel_advantages, group_zscores
 
     stds = []
     for step in range(3):
@@ -148,7 +148,7 @@ def test_gdpo_dynamic_replaces_advantages_and_logs_weights(tmp_path: Path, loss_
 def test_monitoring_output_scans_and_tensorboard(tmp_path: Path) -> None:
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    from collapse_doctor.pipeline import diagnose
+    from collapse_doctor.pipeline.scan import diagnose
 
     result = run_retrain(tiny_options(tmp_path, "gdpo"), final_scan=True)
     parts = sorted(p.name for p in (result.output_dir / "rollouts").glob("*.parquet"))

@@ -13,7 +13,7 @@ import torch
 
 pytest.importorskip("trl")
 
-from collapse_doctor.advantages import dynamic_gdpo_advantages
+from collapse_doctor.engine.advantages import dynamic_gdpo_advantages
 from tests.helpers.paths import ROOT
 from tests.unit.integrations.tiny_trainer import two_processes
 

@@ -1,0 +1,227 @@
+"""Scan configuration: thresholds, severities, ignores, and where they come from.
+
+Sources, later ones winning: the detectors' defaults; the first ``collapse-doctor.toml`` or
+``pyproject.toml`` with a ``[tool.collapse-doctor]`` table found by walking up from the first input;
+``--config FILE``; command-line options. Layout (``collapse-doctor.toml`` holds the same keys at top
+level)::
+
+    [tool.collapse-doctor]
+    fail_on = "warning"            # never | info | warning | critical
+    only = ["CD1", "CD301"]        # codes or code prefixes
+    ignore = ["CD402"]
+    persistence = 0.05             # share of the run a condition must hold (at least min_persistence steps)
+    min_persistence = 3
+
+    [tool.collapse-doctor.severity]
+    CD402 = "info"                 # report this detector's findings at this severity
+
+    [tool.collapse-doctor.thresholds.CD101]
+    warn_ratio = 0.3
+
+    [tool.collapse-doctor.gate]        # scan --baseline / compare --gate
+    zero_advantage_margin = 0.05   # absolute growth of the zero-advantage share allowed
+    rel_gain_margin = 0.25         # relative drop of a channel's rel_gain (now) allowed
+
+Unknown keys, codes and threshold names are errors that name the key. The known codes and their
+default thresholds are handed in by the caller (the pipeline passes the detector registry's
+:func:`~collapse_doctor.judge.detectors.base.threshold_defaults`), so this value module imports no detector.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from collapse_doctor.core.errors import UsageError
+from collapse_doctor.core.findings import FAIL_ON_LEVELS, Severity, check_fail_on
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+__all__ = ["CONFIG_FILE", "FAIL_ON_LEVELS", "Config", "check_fail_on", "find_config", "load_config", "parse_config"]
+ThresholdDefaults = Mapping[str, Mapping[str, float]]
+"""``{code: {threshold name: default}}`` for every known detector code (codes without thresholds map to {})."""
+CONFIG_FILE = "collapse-doctor.toml"
+_TOP_KEYS = {"fail_on", "only", "ignore", "persistence", "min_persistence", "severity", "thresholds", "gate"}
+GATE_KEYS = {"zero_advantage_margin": 0.05, "rel_gain_margin": 0.25}
+"""The ``[tool.collapse-doctor.gate]`` keys (``scan --baseline``, ``compare --gate``) and their defaults."""
+
+
+@dataclass(frozen=True)
+class Config:
+    """Resolved scan settings."""
+
+    fail_on: str = "warning"
+    only: tuple[str, ...] = ()
+    ignore: tuple[str, ...] = ()
+    persistence: float = 0.05
+    min_persistence: int = 3
+    severity: Mapping[str, str] = field(default_factory=dict)
+    thresholds: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
+    """Thresholds set by a config file: ``{code: {name: value}}``."""
+    gate: Mapping[str, float] = field(default_factory=dict)
+    """Margins of the regression gate set by a config file (keys of :data:`GATE_KEYS`)."""
+    defaults: ThresholdDefaults = field(default_factory=dict, repr=False)
+    """The detectors' own thresholds, filled in by :func:`load_config`."""
+
+    def threshold(self, code: str, name: str) -> Any:
+        """A detector's threshold: the configured value, else the detector's default.
+
+        >>> Config(thresholds={"CD101": {"warn_ratio": 0.2}}, defaults={"CD101": {"warn_ratio": 0.3}}).threshold(
+        ...     "CD101", "warn_ratio")
+        0.2
+        """
+        override = self.thresholds.get(code, {})
+        if name in override:
+            return override[name]
+        return self.defaults[code][name]
+
+    def persistence_steps(self, num_steps: int) -> int:
+        """How many consecutive steps a condition must hold in a run of ``num_steps``."""
+        return max(1, min(num_steps, max(self.min_persistence, math.ceil(self.persistence * num_steps))))
+
+
+def _load_toml(path: Path) -> dict[str, Any]:
+    try:
+        with path.open("rb") as handle:
+            return tomllib.load(handle)
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot read config file ({exc.strerror or exc})") from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise UsageError(f"{path}: not valid TOML ({exc})") from exc
+
+
+def _table_of(path: Path, data: dict[str, Any]) -> dict[str, Any] | None:
+    """Our table: ``[tool.collapse-doctor]`` wherever it is (pyproject.toml or any file given with --config),
+    else, in a file that is not pyproject.toml, the whole file (``collapse-doctor.toml`` style)."""
+    tool = data.get("tool")
+    if isinstance(tool, dict) and "collapse-doctor" in tool:
+        table = tool["collapse-doctor"]
+        return table if isinstance(table, dict) else None
+    if path.name == "pyproject.toml":
+        return None
+    return data
+
+
+def find_config(start: Path) -> Path | None:
+    """The nearest ``collapse-doctor.toml`` or ``pyproject.toml`` with our table, walking up from ``start``."""
+    directory = start if start.is_dir() else start.parent
+    for folder in [directory.resolve(), *directory.resolve().parents]:
+        candidate = folder / CONFIG_FILE
+        if candidate.is_file():
+            return candidate
+        pyproject = folder / "pyproject.toml"
+        if pyproject.is_file() and _table_of(pyproject, _load_toml(pyproject)) is not None:
+            return pyproject
+    return None
+
+
+def _string_list(value: Any, key: str, source: str) -> tuple[str, ...]:
+    if isinstance(value, str):
+        value = [v for v in value.split(",") if v.strip()]
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise UsageError(f"{source}: '{key}' must be a list of detector codes")
+    return tuple(v.strip().upper() for v in value)
+
+
+def parse_config(table: Mapping[str, Any], *, source: str, base: Config) -> Config:
+    """Validate a configuration table against ``base.defaults`` (the known codes) and merge it over ``base``."""
+    config = base
+    table = {k.replace("-", "_"): v for k, v in table.items()}
+    unknown = sorted(set(table) - _TOP_KEYS)
+    if unknown:
+        raise UsageError(
+            f"{source}: unknown key(s) {unknown} in the collapse-doctor config",
+            hint=f"known keys: {', '.join(sorted(_TOP_KEYS))}",
+        )
+    changes: dict[str, Any] = {}
+    if "fail_on" in table:
+        changes["fail_on"] = check_fail_on(str(table["fail_on"]), option=f"{source}: fail_on")
+    for key in ("only", "ignore"):
+        if key in table:
+            changes[key] = _string_list(table[key], key, source)
+    if "persistence" in table:
+        value = table["persistence"]
+        if not isinstance(value, (int, float)) or not 0 <= value <= 1:
+            raise UsageError(f"{source}: 'persistence' must be a number between 0 and 1, got {value!r}")
+        changes["persistence"] = float(value)
+    if "min_persistence" in table:
+        value = table["min_persistence"]
+        if not isinstance(value, int) or value < 1:
+            raise UsageError(f"{source}: 'min_persistence' must be a whole number >= 1, got {value!r}")
+        changes["min_persistence"] = value
+    if "severity" in table:
+        severity = dict(config.severity)
+        for code, level in _mapping(table["severity"], "severity", source).items():
+            _known_code(code, source, "severity", config.defaults)
+            Severity.parse(str(level), option=f"{source}: severity.{code}")
+            severity[code.upper()] = str(level).lower()
+        changes["severity"] = severity
+    if "gate" in table:
+        gate = dict(config.gate)
+        for name, value in _mapping(table["gate"], "gate", source).items():
+            name = name.replace("-", "_")
+            if name not in GATE_KEYS:
+                raise UsageError(
+                    f"{source}: unknown key 'gate.{name}'", hint=f"known gate keys: {', '.join(sorted(GATE_KEYS))}"
+                )
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
+                raise UsageError(f"{source}: 'gate.{name}' must be a number between 0 and 1, got {value!r}")
+            gate[name] = float(value)
+        changes["gate"] = gate
+    if "thresholds" in table:
+        thresholds = {code: dict(values) for code, values in config.thresholds.items()}
+        for code, values in _mapping(table["thresholds"], "thresholds", source).items():
+            code = _known_code(code, source, "thresholds", config.defaults)
+            known = config.defaults[code]
+            for name, value in _mapping(values, f"thresholds.{code}", source).items():
+                if name not in known:
+                    raise UsageError(
+                        f"{source}: unknown threshold 'thresholds.{code}.{name}'",
+                        hint=f"{code} has: {', '.join(sorted(known)) or 'no thresholds'}",
+                    )
+                if isinstance(value, bool) or not isinstance(value, (int, float)):
+                    raise UsageError(f"{source}: 'thresholds.{code}.{name}' must be a number, got {value!r}")
+                thresholds.setdefault(code, {})[name] = float(value)
+        changes["thresholds"] = thresholds
+    return replace(config, **changes)
+
+
+def _mapping(value: Any, key: str, source: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise UsageError(f"{source}: '{key}' must be a table")
+    return value
+
+
+def _known_code(code: str, source: str, key: str, known: ThresholdDefaults) -> str:
+    upper = code.upper()
+    if upper not in known:
+        raise UsageError(
+            f"{source}: unknown detector code '{key}.{code}'",
+            hint=f"known codes: {', '.join(sorted(known))}",
+        )
+    return upper
+
+
+def load_config(inputs: list[Path], explicit: str | Path | None = None, *, defaults: ThresholdDefaults) -> Config:
+    """Defaults, then the discovered file (walking up from the first input), then ``--config``."""
+    config = Config(defaults=defaults)
+    found = find_config(inputs[0]) if inputs else None
+    if found is not None:
+        table = _table_of(found, _load_toml(found)) or {}
+        config = parse_config(table, source=str(found), base=config)
+    if explicit is not None:
+        path = Path(explicit)
+        if not path.is_file():
+            raise UsageError(f"--config {path}: no such file")
+        explicit_table = _table_of(path, _load_toml(path))
+        if explicit_table is None:
+            raise UsageError(f"--config {path}: has no [tool.collapse-doctor] table")
+        config = parse_config(explicit_table, source=str(path), base=config)
+    return config

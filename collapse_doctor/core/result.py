@@ -1,0 +1,199 @@
+"""The result of a scan as frozen values: what was read (RunSummary) and what was found (Diagnosis).
+
+Renderers read only these; the pipeline (:mod:`collapse_doctor.pipeline.scan`) builds them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from collapse_doctor.core.config import Config
+from collapse_doctor.core.findings import Finding, exit_code, failing, plain
+from collapse_doctor.core.numbers import pct
+
+if TYPE_CHECKING:
+    from collapse_doctor.core.scalars import ScalarSeries
+    from collapse_doctor.core.series import RunSeries
+
+JSON_FORMAT_VERSION = 1
+
+
+@dataclass(frozen=True)
+class Phase:
+    """Steps ``first_step..last_step`` trained under one aggregation (``grpo`` or ``gdpo``)."""
+
+    first_step: int
+    last_step: int
+    algorithm: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"algorithm": self.algorithm, "step_range": [self.first_step, self.last_step]}
+
+    def label(self) -> str:
+        return f"{self.algorithm.upper()} steps {self.first_step}-{self.last_step}"
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    """What was read: sizes, channels, weights and the aggregation the run used."""
+
+    sources: tuple[str, ...]
+    steps: int
+    rollouts: int
+    groups: int
+    group_size_min: int
+    group_size_max: int
+    first_step: int | None
+    last_step: int | None
+    channels: tuple[str, ...]
+    weights: dict[str, float]
+    algorithm: str
+    algorithm_source: str
+    logged_advantage: bool
+    device: str
+    warnings: tuple[str, ...] = ()
+    ground_truth: dict[str, Any] | None = None
+    name: str | None = None
+    """The run's name when the input held several runs (a log directory with one subdirectory per run)."""
+    scalar_points: int = 0
+    """Scalar points read from the run's scalar log (every point, before duplicates were dropped)."""
+    scalar_framework: str | None = None
+    weights_source: str = "default 1.0"
+    """Where ``weights`` came from: "--weights", "file metadata", "inferred from logged advantages" or "default 1.0"
+    (several sources joined with " + " when channels differ)."""
+    signal: Mapping[str, Any] | None = None
+    """The signal budget under the run's algorithm (:func:`collapse_doctor.judge.summary.signal_budget`): shares of the
+    whole run's rollouts with zero advantage and of its groups that are silent all-pass / all-fail, with their
+    support. ``None`` for a run without rollouts."""
+    dynamic_weight_channels: tuple[str, ...] = ()
+    """Channels whose per-row weights the rollouts carry (``weight/<channel>``: retrain's gdpo-dynamic).
+
+    Read by the detectors and remedies; not part of the JSON output."""
+
+    phases: tuple[Phase, ...] = ()
+    """A run that switched aggregation (the rollouts' ``aggregation`` column): its phases in step order, each
+    judged under its own; ``algorithm`` is the last one's. Empty for a run under one aggregation."""
+
+    @property
+    def counterfactual_algorithm(self) -> str:
+        """The aggregation a finding's ``gdpo_resolves`` was computed on: GRPO for a GDPO run, else GDPO."""
+        return "GRPO" if self.algorithm == "gdpo" else "GDPO"
+
+    def to_dict(self) -> dict[str, Any]:
+        return (
+            ({"name": self.name} if self.name is not None else {})
+            | {
+                "sources": list(self.sources),
+                "steps": self.steps,
+                "rollouts": self.rollouts,
+                "groups": self.groups,
+                "group_size": {"min": self.group_size_min, "max": self.group_size_max},
+                "step_range": [self.first_step, self.last_step],
+                "channels": list(self.channels),
+                "weights": self.weights,
+                "weights_source": self.weights_source,
+                "algorithm": self.algorithm,
+                "algorithm_source": self.algorithm_source,
+                "logged_advantage": self.logged_advantage,
+                "device": self.device,
+                "warnings": list(self.warnings),
+                "scalar_points": self.scalar_points,
+                "scalar_framework": self.scalar_framework,
+            }
+            | ({"phases": [p.to_dict() for p in self.phases]} if self.phases else {})
+            | ({"signal": dict(self.signal)} if self.signal is not None else {})
+        )
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    """The result of a scan: verdict, findings (most severe first), run summary and per-step series."""
+
+    verdict: str
+    findings: tuple[Finding, ...]
+    run: RunSummary
+    series: RunSeries
+    detectors: Mapping[str, str]
+    """``{code: name}`` of every detector selected, in code order (ran or skipped)."""
+    skipped: dict[str, str] = field(default_factory=dict)
+    config: Config = field(default_factory=Config)
+    seconds: float = 0.0
+    scalars: ScalarSeries | None = None
+    """The run's scalar log in canonical names (TensorBoard, trainer_state.json, verl file logger)."""
+    channels: tuple[Mapping[str, Any], ...] = ()
+    """The channel table (:func:`collapse_doctor.engine.channel_table.channel_table`), one row per channel."""
+
+    def counterfactual_of(self, finding: Finding) -> str:
+        """The aggregation ``finding.gdpo_resolves`` was computed on: the other of the one it was judged under
+        (a finding from before a hybrid switch names it in ``evidence["judged_under"]``), else the run's."""
+        judged = finding.evidence.get("judged_under")
+        if judged in ("grpo", "gdpo"):
+            return "GRPO" if judged == "gdpo" else "GDPO"
+        return self.run.counterfactual_algorithm
+
+    def failing(self, fail_on: str | None = None) -> list[Finding]:
+        """Findings at or above ``fail_on`` (crashed detectors always count, except with ``never``)."""
+        return failing(self.findings, fail_on or self.config.fail_on)
+
+    def exit_code(self, fail_on: str | None = None) -> int:
+        """1 when a finding fails ``fail_on`` or the run could not be judged (see :func:`findings.exit_code`)."""
+        return exit_code(self.verdict, self.failing(fail_on), fail_on or self.config.fail_on)
+
+    def gate_summary(self, fail_on: str | None = None) -> str:
+        """What the gate does, in words: ``"2 failing -> exit 1"``, ``"nothing failing -> exit 0"``, or why a run
+        no detector could judge fails it."""
+        level = fail_on or self.config.fail_on
+        failing_now = self.failing(level)
+        if failing_now:
+            return f"{len(failing_now)} failing -> exit 1"
+        if self.exit_code(level):
+            return "nothing judged -> exit 1 (no selected detector could judge this run; --fail-on never passes it)"
+        return "nothing failing -> exit 0"
+
+    def channel_table(self) -> list[dict[str, Any]]:
+        """Per channel: weight, rel_gain peak -> now, variance share, constant-group share (see ``channels``)."""
+        return [dict(row) for row in self.channels]
+
+    def to_dict(self, *, include_series: bool = True) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "format_version": JSON_FORMAT_VERSION,
+            "verdict": self.verdict,
+            "fail_on": self.config.fail_on,
+            "exit_code": self.exit_code(),
+            "run": plain(self.run.to_dict()),
+            "channels": plain(self.channel_table()),
+            "detectors": {
+                code: {"name": name, "status": "skipped" if code in self.skipped else "ran"}
+                | ({"reason": self.skipped[code]} if code in self.skipped else {})
+                for code, name in self.detectors.items()
+            },
+            "findings": [f.to_dict() for f in self.findings],
+        }
+        if include_series:
+            out["series"] = self.series.to_json()
+            if self.scalars is not None:
+                out["scalars"] = self.scalars.to_json()
+        return out
+
+    def to_json(self, *, include_series: bool = True, indent: int | None = 2) -> str:
+        from collapse_doctor.core.json_text import dumps
+
+        return dumps(self.to_dict(include_series=include_series), indent=indent)
+
+
+def signal_sentence(signal: Mapping[str, Any] | None) -> str:
+    """The signal budget in words: ``"31% of rollouts gave no gradient under GRPO (24% of groups all-pass, ...)"``.
+
+    >>> signal_sentence({"algorithm": "grpo", "zero_advantage_rollout_share": 0.31, "all_pass_group_share": 0.24,
+    ...     "all_fail_group_share": 0.05})
+    '31% of rollouts gave no gradient under GRPO (24% of groups all-pass, 5% all-fail)'
+    """
+    if signal is None:
+        return "no rollouts: the signal budget needs them"
+    return (
+        f"{pct(signal['zero_advantage_rollout_share'])} of rollouts gave no gradient under "
+        f"{str(signal['algorithm']).upper()} ({pct(signal['all_pass_group_share'])} of groups all-pass, "
+        f"{pct(signal['all_fail_group_share'])} all-fail)"
+    )

@@ -1,0 +1,89 @@
+"""Reading a run's scalar log files again and again, parsing only what was appended since the last read."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from collapse_doctor.io.formats import scalar_format
+from collapse_doctor.io.logs.tensorboard import EventFileRead, ScalarLog, merge_reads
+
+
+class ScalarCache:
+    """Remembers what was read of each growing scalar file; a new read parses only the bytes added since.
+
+    Event files and verl file logs only grow (a record or line at a time; their formats ``append``), so
+    ``watch`` keeps one cache and calls :meth:`read` every poll. A file that shrank (rotated, rewritten) is read
+    again from the start. Files of formats that are rewritten in place (``trainer_state.json``) are read whole
+    every time.
+    """
+
+    def __init__(self) -> None:
+        self._reads: dict[Path, list[EventFileRead]] = {}
+
+    def read(self, files: Sequence[Path], kind: str | None = None, *, member: str | None = None) -> ScalarLog:
+        """The scalars of one run's files of one kind (default: each file's own), read in name order (which
+        TensorBoard makes time order) and merged: SessionLog purges, latest wall time per (tag, step).
+
+        ``member`` selects one run of a file that holds several (a tracker database: its format's
+        ``read_member``); such files are read whole every time."""
+        ordered = sorted(files, key=lambda p: (p.name, str(p)))
+        parts: list[EventFileRead] = []
+        for path in ordered:
+            fmt = scalar_format(kind, path)
+            assert fmt.read is not None  # every scalar format reads
+            if member is not None and fmt.read_member is not None:
+                parts.append(fmt.read_member(path, member))
+                continue
+            if not fmt.appends:
+                parts.append(fmt.read(path, 0))
+                continue
+            done = self._reads.setdefault(path, [])
+            offset = done[-1].end if done else 0
+            try:
+                size = path.stat().st_size
+            except OSError:
+                size = offset
+            if size < offset:
+                done.clear()
+                offset = 0
+            if size > offset or not done:
+                part = fmt.read(path, offset)
+                if part.records or not done:
+                    done.append(part)
+            parts.extend(_renumbered(done))
+        return merge_reads(parts)
+
+
+def _renumbered(reads: list[EventFileRead]) -> list[EventFileRead]:
+    """One read per file: the parts of a file read at different times, concatenated in order."""
+    if len(reads) == 1:
+        return reads
+    names: dict[str, int] = {}
+    tag_index, order, session_starts = [], [], []
+    offset = 0
+    for part in reads:
+        remap = np.asarray([names.setdefault(n, len(names)) for n in part.tag_names], dtype=np.int32)
+        tag_index.append(remap[part.tag_index] if len(part.tag_index) else part.tag_index)
+        order.append(part.order + offset)
+        session_starts += [(r + offset, s) for r, s in part.session_starts]
+        offset += part.records
+    last = reads[-1]
+    return [
+        EventFileRead(
+            path=last.path,
+            start=reads[0].start,
+            end=last.end,
+            records=offset,
+            truncated=last.truncated,
+            tag_names=list(names),
+            tag_index=np.concatenate(tag_index),
+            steps=np.concatenate([p.steps for p in reads]),
+            values=np.concatenate([p.values for p in reads]),
+            wall_times=np.concatenate([p.wall_times for p in reads]),
+            order=np.concatenate(order),
+            session_starts=session_starts,
+        )
+    ]

@@ -1,0 +1,121 @@
+"""Trackio project databases: ``$TRACKIO_DIR/<project>.db``, one SQLite file per project, every run inside.
+
+TRL's ``report_to="trackio"`` goes through transformers' ``TrackioCallback``: ``trackio.init(project=...,
+name=run_name)`` and, at every logging step, ``trackio.log({"train/<metric>": ..., "train/global_step": N})``.
+Trackio writes the database under ``TRACKIO_DIR`` (default ``~/.cache/huggingface/trackio``), named after the
+project with characters other than ``[A-Za-z0-9_-]`` dropped (trackio 0.43's ``SQLiteStorage``). verl's
+``trainer.logger=['trackio']`` logs its own metric names with ``step`` = the training step.
+
+Schema read (trackio 0.2 to 0.43): ``metrics(run_name, step, metrics, ...)``, one row per ``log`` call, ``metrics``
+a JSON object (nested dicts are flattened with ``/``; NaN and infinities stored as the strings ``"NaN"``,
+``"Infinity"``, ``"-Infinity"``; media as objects with a ``_type``, which are not scalars), and, where present,
+``configs(run_name, ...)``, one row per run, so a run that logged nothing is still listed. Runs are told apart by
+``run_name`` (Trackio resumes a run by its name). A row holding ``train/global_step`` (transformers' callback) is
+placed at that step, the step TensorBoard gives the same point; other rows are at their ``step``. Later rows win
+duplicate (key, step) points.
+
+The database is opened read-only (:mod:`collapse_doctor.io.storage.sqlite_store`) and read whole on every
+read (``watch`` reads it again when it changed).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from collapse_doctor.core.errors import InputError, UsageError
+from collapse_doctor.io.logs.tensorboard import EventFileRead
+from collapse_doctor.io.logs.trainer_logs import records_to_read
+from collapse_doctor.io.storage.sqlite_store import DB_SUFFIXES, connect, has_tables, table_columns
+
+REQUIRED = {"metrics": {"run_name", "step", "metrics"}}
+"""The table and columns that make an SQLite file a Trackio project database."""
+STEP_KEY = "train/global_step"
+_SPECIAL = {"NaN": float("nan"), "Infinity": float("inf"), "-Infinity": float("-inf")}
+
+
+def looks_like_trackio(path: Path) -> bool:
+    """A ``*.db`` file with Trackio's ``metrics`` table (content decides, never raises)."""
+    return path.suffix in DB_SUFFIXES and has_tables(path, REQUIRED)
+
+
+def trackio_runs(path: Path) -> list[str]:
+    """The run names of a project database, in the order they first appear."""
+    with connect(path) as connection:
+        columns = table_columns(connection)
+        _check(path, columns)
+        query = "SELECT run_name FROM metrics GROUP BY run_name ORDER BY MIN(id)"
+        names = [row[0] for row in connection.execute(query)]
+        if "run_name" in columns.get("configs", set()):
+            names += [row[0] for row in connection.execute("SELECT run_name FROM configs ORDER BY id")]
+    return list(dict.fromkeys(str(n) for n in names if n is not None))
+
+
+def _check(path: Path, columns: Mapping[str, set[str]]) -> None:
+    missing = [t for t, cols in REQUIRED.items() if t not in columns or not cols <= columns[t]]
+    if missing:
+        raise InputError(
+            f"{path}: not a Trackio project database (no {missing[0]!r} table with columns "
+            f"{', '.join(sorted(REQUIRED[missing[0]]))})",
+            hint="pass the <project>.db that trackio writes under TRACKIO_DIR",
+        )
+
+
+def _flatten(prefix: str, value: Any, out: dict[str, float]) -> None:
+    if isinstance(value, dict):
+        if "_type" in value:
+            return  # media (images, tables, histograms)
+        for key, inner in value.items():
+            _flatten(f"{prefix}/{key}" if prefix else str(key), inner, out)
+        return
+    if isinstance(value, str):
+        if value in _SPECIAL:
+            out[prefix] = _SPECIAL[value]
+        return
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return
+    out[prefix] = float(value)
+
+
+def _rows(path: Path, run: str) -> Iterator[tuple[int, dict[str, float]]]:
+    with connect(path) as connection:
+        _check(path, table_columns(connection))
+        cursor = connection.execute("SELECT id, step, metrics FROM metrics WHERE run_name = ? ORDER BY id", (run,))
+        for row_id, step, blob in cursor:
+            text = blob.decode("utf-8", errors="replace") if isinstance(blob, bytes) else str(blob)
+            try:
+                metrics = json.loads(text)
+            except ValueError as exc:
+                raise InputError(
+                    f"{path}: metrics row {row_id} of run {run!r} is not JSON ({exc})",
+                    hint="the database is damaged; copy it again",
+                ) from exc
+            values: dict[str, float] = {}
+            if isinstance(metrics, dict):
+                _flatten("", metrics, values)
+            at = values.pop(STEP_KEY, None)
+            if at is not None and at == at:
+                step = int(at)
+            if not isinstance(step, int):
+                raise InputError(f"{path}: metrics row {row_id} of run {run!r} has no integer step ({step!r})")
+            yield step, values
+
+
+def read_trackio_run(path: str | Path, run: str) -> EventFileRead:
+    """The scalars of one run of a Trackio project database (see the module docstring)."""
+    path = Path(path)
+    return records_to_read(path, list(_rows(path, run)))
+
+
+def read_trackio_db(path: str | Path, *, start: int = 0) -> EventFileRead:
+    """The scalars of a project database that holds one run (several runs need a name: :func:`read_trackio_run`)."""
+    path = Path(path)
+    runs = trackio_runs(path)
+    if len(runs) != 1:
+        raise UsageError(
+            f"{path}: the Trackio project holds {len(runs)} runs" + (f": {', '.join(runs)}" if runs else ""),
+            hint="scan the file (one result per run) and pick one with --run NAME",
+        )
+    return read_trackio_run(path, runs[0])

@@ -1,0 +1,832 @@
+"""Read rollout tables from Parquet, one training step at a time, in bounded memory.
+
+A run may be one file or many (one per step, say), rows of a step may be spread over files and need
+not be sorted. Reading takes two passes over bounded record batches:
+
+1. the ``step`` and reward columns only: validation (types, nulls, +-inf, NaN counts) and, for every
+   step, the position of its last row in the whole input;
+2. all needed columns: rows are buffered per step and a step is handed on as soon as its last row
+   has been read. Sorted input (the usual case) keeps one step in memory; shuffled input keeps the
+   steps that are still open.
+
+Every problem is raised before the first step is handed on, except those only visible per step
+(null group ids), so callers never produce half an output.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections import Counter
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from collapse_doctor.core.batching import StackedChunk, chunk_steps, stack_chunk
+from collapse_doctor.core.errors import InputError, SchemaError
+from collapse_doctor.core.schema import (
+    GROUND_TRUTH_METADATA_KEY,
+    GROUP_ID,
+    ColumnMap,
+    RewardColumn,
+    RolloutBatch,
+    check_same_layout,
+    discover_columns,
+    discover_reward_name,
+    metadata_weights,
+    resolve_weights,
+    unified_types,
+)
+from collapse_doctor.io.storage.paths import expand_paths
+from collapse_doctor.io.storage.remote import RemotePath
+
+BATCH_ROWS = 262_144
+PARQUET_SUFFIXES = (".parquet", ".pq", ".parq")
+_MAGIC = b"PAR1"
+DYNAMIC_WEIGHT_PREFIX = "weight/"
+"""Per-row channel weight columns, as ``collapse-doctor retrain --algo gdpo-dynamic`` writes them."""
+
+
+def weights_source(channels: Sequence[str], given: Mapping[str, float], stored: Mapping[str, float]) -> str:
+    """Where the channels' weights come from (``resolve_weights``' precedence): the distinct sources, in that
+    order, joined by " + ".
+
+    >>> weights_source(["a", "b"], {"b": 2.0}, {}), weights_source(["a"], {}, {"a": 0.5})
+    ('--weights + default 1.0', 'file metadata')
+    """
+    used = {"--weights" if c in given else "file metadata" if c in stored else "default 1.0" for c in channels}
+    return " + ".join(s for s in ("--weights", "file metadata", "default 1.0") if s in used) or "default 1.0"
+
+
+def _parquet_kind(path: Path) -> str | None:
+    return "parquet" if path.suffix in PARQUET_SUFFIXES else None
+
+
+def _no_parquet_files(text: str, inside: list[Path]) -> InputError:
+    return InputError(f"{text}: directory holds no Parquet files (*.parquet)")
+
+
+def resolve_inputs(paths: Sequence[str | Path]) -> list[Path]:
+    """Expand files, directories (recursively, ``*.parquet``) and glob patterns into a file list, each once."""
+    expansion = expand_paths(paths, kind_of=_parquet_kind, empty_directory=_no_parquet_files)
+    return [path for _, path in expansion.files]
+
+
+def weight_channels(names: Sequence[str]) -> tuple[str, ...]:
+    """Channels with a ``weight/<channel>`` column among a table's column names (dynamic channel weights).
+
+    >>> weight_channels(["step", "weight/format", "reward/format", "weight/"])
+    ('format',)
+    """
+    prefix = DYNAMIC_WEIGHT_PREFIX
+    return tuple(n[len(prefix) :] for n in names if n.startswith(prefix) and len(n) > len(prefix))
+
+
+def _is_utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def open_parquet(path: Path) -> pq.ParquetFile:
+    """Open a Parquet file, turning pyarrow's errors into one-line :class:`InputError`s."""
+    if isinstance(path, RemotePath):
+        # One ranged handle for the magic bytes and pyarrow (footer, then one column chunk per read).
+        handle = path.open("rb")
+        head = handle.read(4)
+        handle.seek(0)
+        source: Path | Any = handle
+    else:
+        try:
+            with path.open("rb") as local:
+                head = local.read(4)
+        except OSError as exc:
+            raise InputError(f"{path}: cannot read file ({exc.strerror or exc})") from exc
+        # pyarrow takes paths as UTF-8; a name that is not (undecodable bytes on Linux) is opened by Python.
+        source = path if _is_utf8(str(path)) else path.open("rb")
+    if head != _MAGIC:
+        raise InputError(
+            f"{path}: not a Parquet file (it does not start with the Parquet magic bytes)",
+            hint="pass a .parquet rollout table",
+        )
+    try:
+        # pre_buffer=False: with pre-buffering, iter_batches keeps every row group it read until the file
+        # is closed, so memory would grow with the run (measured in docs/benchmarks.md).
+        return pq.ParquetFile(source, pre_buffer=False)
+    except (pa.ArrowException, OSError) as exc:
+        raise InputError(
+            f"{path}: truncated or corrupt Parquet file ({_first_line(exc)})",
+            hint="if the trainer is still writing it, wait for the file to be closed",
+        ) from exc
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
+
+
+def _iter_batches(
+    pf: pq.ParquetFile,
+    path: Path,
+    columns: list[str],
+    unify: Mapping[str, pa.DataType] | None = None,
+    row_groups: Sequence[int] | None = None,
+) -> Iterator[pa.RecordBatch]:
+    """The file's record batches of ``columns`` (of ``row_groups`` only, if given); ``unify`` casts the columns
+    whose type differs between files."""
+    try:
+        for batch in pf.iter_batches(batch_size=BATCH_ROWS, columns=columns, row_groups=row_groups):
+            if unify:
+                for name, dtype in unify.items():
+                    index = batch.schema.get_field_index(name)
+                    if index >= 0 and batch.schema.field(index).type != dtype:
+                        batch = batch.set_column(index, name, pc.cast(batch.column(index), dtype))
+            yield batch
+    except (pa.ArrowException, OSError) as exc:
+        raise InputError(
+            f"{path}: cannot read data ({_first_line(exc)})", hint="the file may be truncated or corrupt"
+        ) from exc
+
+
+def reward_array(batch: pa.RecordBatch | pa.Table, reward: RewardColumn) -> pa.Array:
+    column = batch.column(reward.column)
+    if isinstance(column, pa.ChunkedArray):
+        column = column.combine_chunks()
+    if reward.struct_field is not None:
+        column = pc.struct_field(column, reward.struct_field)
+    return column
+
+
+def to_float32(array: pa.Array) -> np.ndarray:
+    """Numbers (nulls become NaN) as a float32 numpy array."""
+    if pa.types.is_decimal(array.type) or pa.types.is_null(array.type):
+        array = pc.cast(array, pa.float64())
+    return np.asarray(pc.cast(array, pa.float32()).to_numpy(zero_copy_only=False), dtype=np.float32)
+
+
+REWARD_MAGNITUDE_LIMIT = 1e12
+"""The largest reward magnitude accepted. The engine computes in float32 (24-bit mantissa) and bins reward totals
+to 1e-5 in 64-bit integers for its tie counts; beyond about 1e13 those bins overflow and float32 keeps no
+digit below the unit, so the statistics would stop being the same at every scale. Advantages do not depend on
+a common scale of the rewards, so dividing every channel by one power of ten loses nothing."""
+
+
+def _huge_rewards(reward: RewardColumn, values: pa.Array, count: int, path: Path) -> None:
+    finite = values.filter(pc.is_finite(values)) if pa.types.is_floating(values.type) else values
+    largest = float(pc.max(pc.abs(pc.cast(finite, pa.float64()))).as_py() or 0.0)
+    raise SchemaError(
+        f"{path}: reward column {reward.label!r} has {count} row(s) with a magnitude above "
+        f"{REWARD_MAGNITUDE_LIMIT:.0e} (largest {largest:.3g})",
+        hint="collapse-doctor computes in float32: rescale the rewards, dividing every channel by the same power "
+        "of ten (advantages do not change under a common scale)",
+    )
+
+
+def _step_values(array: pa.Array, path: Path, column: str) -> np.ndarray:
+    if array.null_count:
+        raise SchemaError(
+            f"{path}: step column {column!r} has {array.null_count} empty (null) values",
+            hint="every rollout needs the training step that produced it",
+        )
+    values = array.to_numpy(zero_copy_only=False)
+    if values.dtype.kind == "f" and not (np.all(np.isfinite(values)) and np.all(values == np.round(values))):
+        raise SchemaError(
+            f"{path}: step column {column!r} holds values that are not whole numbers",
+            hint="pass --step-col with the column that holds the training step",
+        )
+    return values.astype(np.int64)
+
+
+@dataclass
+class IngestNotes:
+    """Counts behind the warnings (and the information) that reading a run may produce (never errors)."""
+
+    nan_rewards: Counter[str] = field(default_factory=Counter)
+    group_sizes: Counter[int] = field(default_factory=Counter)
+    duplicate_rows: int = 0
+    """Rows with the same step, group, prompt and completion text as another row: normal GRPO (a group's short
+    completions often coincide), so information, not a warning."""
+    ragged_blocks: int = 0
+    repeated_groups: int = 0
+    """Groups whose rows (prompt and completion, in order) repeat another group of the same step exactly: the same
+    rollouts read twice (a file given twice under two names), a warning."""
+    repeated_group_rows: int = 0
+    groups_checked: int = 0
+    """Groups the repeat check looked at (two or more rows with two or more different completions)."""
+    group_column_ignored: str | None = None
+    """The group column that ``--group-size`` overrode (its blocks win over the column)."""
+    later_reward_columns: dict[str, int] = field(default_factory=dict)
+    """Reward-like columns the first file lacks, with how many later files have them (not read)."""
+    files: int = 0
+    identical_files: list[tuple[str, str]] = field(default_factory=list)
+    """Input pairs with the same size and Parquet footer: most likely one file copied under two names."""
+
+    def add_counts(self, other: IngestNotes) -> None:
+        """Add the counts that reading pass 2 makes (of a shard of the same run) to these."""
+        self.nan_rewards.update(other.nan_rewards)
+        self.group_sizes.update(other.group_sizes)
+        for name in ("duplicate_rows", "ragged_blocks", "repeated_groups", "repeated_group_rows", "groups_checked"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+
+    def warnings(self) -> list[str]:
+        out = [
+            f"reward/{channel}: {count} NaN value(s), kept as 'not applicable' (ignored by the baselines)"
+            for channel, count in sorted(self.nan_rewards.items())
+            if count
+        ]
+        if self.group_column_ignored:
+            out.append(
+                f"--group-size overrides the {self.group_column_ignored!r} column: groups are consecutive blocks of "
+                f"rows (pass --group-col {self.group_column_ignored} to use the column)"
+            )
+        for column, count in sorted(self.later_reward_columns.items()):
+            out.append(
+                f"{column!r} is in {count} of {self.files} files but not in the first one: not read (scan those "
+                "files on their own, or put the column in every file)"
+            )
+        for first, twin in self.identical_files:
+            out.append(f"{twin} has the same size and Parquet footer as {first}: the same file given twice?")
+        singletons = self.group_sizes.get(1, 0)
+        if singletons:
+            out.append(f"{singletons} group(s) of size 1: they carry no ranking signal (advantage 0)")
+        sizes = sorted(self.group_sizes)
+        if len(sizes) > 1:
+            common = self.group_sizes.most_common(1)[0][0]
+            odd = sum(n for size, n in self.group_sizes.items() if size != common)
+            out.append(
+                f"ragged group sizes: {odd} group(s) differ from the usual size {common} "
+                f"(sizes {sizes[0]}..{sizes[-1]})"
+            )
+        if self.ragged_blocks:
+            out.append(
+                f"{self.ragged_blocks} step(s) whose row count is not a multiple of --group-size: "
+                "their last block is a smaller group"
+            )
+        if self.repeated_groups:
+            out.append(
+                f"{self.repeated_groups} group(s) ({self.repeated_group_rows} rows) repeat an earlier group of the "
+                f"same step row for row (same prompt and completions in the same order; {self.groups_checked} "
+                "checked): the same rollouts given twice? (a file passed under two names)"
+            )
+        return out
+
+    def info(self) -> list[str]:
+        """What reading found that is normal and changes nothing (for the run summary, not its warnings)."""
+        if not self.duplicate_rows:
+            return []
+        return [
+            f"{self.duplicate_rows} duplicate row(s): same step, group and completion text as another row "
+            "(identical completions within a group; normal for short completions)"
+        ]
+
+
+class ParquetRun:
+    """A run stored as one or more Parquet files in the canonical layout (or close to it).
+
+    Opening validates every file and scans the step and reward columns; :meth:`iter_steps` then
+    yields one :class:`RolloutBatch` per training step. With ``check_rewards_first=False`` the
+    opening pass reads only the step column and rewards are checked (NaN counts, +-inf rejected) as
+    pass 2 reads them: less reading for callers that write nothing before the end (``scan``).
+    """
+
+    check_rewards_first: bool = True
+
+    def __init__(
+        self,
+        paths: Sequence[str | Path],
+        *,
+        step_col: str | None = None,
+        group_col: str | None = None,
+        reward_cols: Sequence[str] | None = None,
+        group_size: int | None = None,
+        weights: dict[str, float] | None = None,
+        check_rewards_first: bool = True,
+    ) -> None:
+        self.check_rewards_first = check_rewards_first
+        self.files = resolve_inputs(paths)
+        self._open(
+            self._reopen(),
+            step_col=step_col,
+            group_col=group_col,
+            reward_cols=reward_cols,
+            group_size=group_size,
+            weights=weights,
+        )
+
+    def _open(
+        self,
+        handles: list[pq.ParquetFile],
+        *,
+        step_col: str | None,
+        group_col: str | None,
+        reward_cols: Sequence[str] | None,
+        group_size: int | None,
+        weights: dict[str, float] | None,
+    ) -> None:
+        """Discover the columns in the first file, check the others against them, and run pass 1."""
+        self._handles = handles
+        first = self._handles[0]
+        self.columns: ColumnMap = discover_columns(
+            first.schema_arrow,
+            source=str(self.files[0]),
+            step_col=step_col,
+            group_col=group_col,
+            reward_cols=reward_cols,
+            group_size=group_size,
+        )
+        for path, handle in zip(self.files[1:], self._handles[1:], strict=True):
+            check_same_layout(handle.schema_arrow, self.columns, source=str(path))
+        self._unify = unified_types([h.schema_arrow for h in self._handles], self.columns, [str(p) for p in self.files])
+        self.metadata: dict[bytes, bytes] = dict(first.metadata.metadata or {}) if first.metadata else {}
+        stored = metadata_weights(self.metadata, source=str(self.files[0]))
+        self.channels: tuple[str, ...] = self.columns.channels
+        self.weights = resolve_weights(self.channels, weights or {}, stored)
+        self.weights_source = weights_source(self.channels, weights or {}, stored)
+        """Where :attr:`weights` came from: "--weights", "file metadata" or "default 1.0" (joined with " + ")."""
+        self.dynamic_weight_channels = weight_channels(first.schema_arrow.names)
+        """Channels whose per-row weights the rollouts carry (``weight/<channel>`` columns of the first file)."""
+        self.notes = IngestNotes(files=len(self.files))
+        self._note_layout(group_col, group_size)
+        self._last_row: dict[int, int] = {}
+        self._rows: tuple[int, int | None] = (0, None)
+        """The rows pass 2 reads, ``[start, end)`` over the files in order (``end`` None: to the last row)."""
+        self.num_rows = 0
+        self.sorted_steps = True
+        """Whether steps never decrease in reading order (then :meth:`iter_chunks` takes its fast path)."""
+        self._scan()
+
+    def _note_layout(self, group_col: str | None, group_size: int | None) -> None:
+        """What the layout leaves unread, for the warnings: an overridden group column, reward columns that only
+        later files have, and files that look like copies of each other."""
+        first = self._handles[0].schema_arrow
+        if group_size is not None and group_col is None and GROUP_ID in first.names:
+            self.notes.group_column_ignored = GROUP_ID
+        known = set(first.names)
+        later: Counter[str] = Counter()
+        for handle in self._handles[1:]:
+            later.update(n for n in handle.schema_arrow.names if n not in known and discover_reward_name(n))
+        self.notes.later_reward_columns = dict(later)
+        seen: dict[tuple[int, int, int], int] = {}
+        for index, handle in enumerate(self._handles):
+            meta = handle.metadata
+            key = (meta.num_rows, meta.num_row_groups, meta.serialized_size)
+            earlier = seen.setdefault(key, index)
+            if earlier != index and meta.equals(self._handles[earlier].metadata):
+                self.notes.identical_files.append((str(self.files[earlier]), str(self.files[index])))
+
+    @property
+    def steps(self) -> list[int]:
+        return sorted(self._last_row)
+
+    def step_labels(self, column: str) -> dict[int, str] | None:
+        """``{step: value}`` of a per-step text column (the ``aggregation`` the trainer used), ``None`` when the
+        run's first file has no such column; a step with several values keeps its first."""
+        if column not in self._handles[0].schema_arrow.names or column in (self.columns.step, self.columns.group):
+            return None
+        labels: dict[int, str] = {}
+        for _, batch in self._range_batches([self.columns.step, column]):
+            pairs = pa.table({"s": batch.column(self.columns.step), "v": pc.cast(batch.column(column), pa.string())})
+            unique = pairs.group_by(["s", "v"], use_threads=False).aggregate([])
+            for step, value in zip(unique.column("s").to_pylist(), unique.column("v").to_pylist(), strict=True):
+                if step is not None and value is not None:
+                    labels.setdefault(int(step), value)
+        return labels
+
+    # --- shards: pass 2 over a range of whole steps, in another process -------------------------------------
+
+    def shards(self, rows: int) -> list[tuple[int, int]]:
+        """Row ranges ``[start, end)`` of about ``rows`` rows that cut only where a step ends, covering the run in
+        order; ``[]`` when the steps are not in ascending order (a step's rows may then be anywhere)."""
+        if not self.sorted_steps:
+            return []
+        ends = np.array(sorted(self._last_row.values()), dtype=np.int64) + 1
+        out, start = [], 0
+        while start < self.num_rows:
+            at = int(np.searchsorted(ends, start + rows))  # the first step end at or past the target
+            end = int(ends[min(at, len(ends) - 1)])
+            out.append((start, end))
+            start = end
+        return out
+
+    @property
+    def row_range(self) -> tuple[int, int]:
+        """The rows pass 2 reads, ``[start, end)`` over the files in order (a shard's; the whole run by default)."""
+        start, end = self._rows
+        return start, self.num_rows if end is None else end
+
+    def shard(self, start: int, end: int) -> ParquetRun:
+        """This run's pass 2 restricted to rows ``[start, end)`` (from :meth:`shards`), with counts of its own:
+        picklable (files are reopened where it is read), its notes start empty (:meth:`add_notes` merges them)
+        and the checks of the whole run are left to :meth:`finish_shards`."""
+        part = copy.copy(self)
+        part._rows = (start, end)
+        part.notes = IngestNotes(files=self.notes.files)
+        part._whole_run = False
+        return part
+
+    def add_notes(self, notes: IngestNotes) -> None:
+        """Add a shard's counts (NaN rewards, group sizes, duplicates, repeats) to this run's."""
+        self.notes.add_counts(notes)
+
+    def finish_shards(self) -> None:
+        """After every shard of pass 2 was read and its notes added: the checks of the whole run."""
+        if not self.check_rewards_first:
+            self._check_some_reward()
+
+    _whole_run = True
+
+    def _finish_pass(self) -> None:
+        if self._whole_run:
+            self.finish_shards()
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        del state["_handles"]  # open file handles do not travel: the files are reopened where the shard is read
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._handles = self._reopen()
+
+    def _reopen(self) -> list[pq.ParquetFile]:
+        return [open_parquet(p) for p in self.files]
+
+    def _range_batches(self, columns: list[str]) -> Iterator[tuple[Path, pa.RecordBatch]]:
+        """``(file, record batch)`` of ``columns`` over the rows of :attr:`_rows`, in order: files and row groups
+        outside the range are not read, batches at its edges are sliced."""
+        start, end = self._rows
+        whole = start == 0 and end is None
+        offset = 0
+        for path, handle in zip(self.files, self._handles, strict=True):
+            meta = handle.metadata
+            if whole:
+                yield from ((path, b) for b in _iter_batches(handle, path, columns, self._unify))
+                continue
+            assert end is not None
+            if offset >= end or offset + meta.num_rows <= start:
+                offset += meta.num_rows
+                continue
+            group_starts = offset + np.concatenate(
+                [[0], np.cumsum([meta.row_group(g).num_rows for g in range(meta.num_row_groups)])]
+            )
+            groups = np.flatnonzero((group_starts[:-1] < end) & (group_starts[1:] > start)).tolist()
+            offset += meta.num_rows
+            position = int(group_starts[groups[0]])
+            for batch in _iter_batches(handle, path, columns, self._unify, row_groups=groups):
+                lo, hi = max(start - position, 0), min(end - position, batch.num_rows)
+                position += batch.num_rows
+                if hi > lo:
+                    yield path, batch if (lo, hi) == (0, batch.num_rows) else batch.slice(lo, hi - lo)
+                if position >= end:
+                    break
+
+    @property
+    def ground_truth(self) -> dict[str, Any] | None:
+        import json
+
+        raw = self.metadata.get(GROUND_TRUTH_METADATA_KEY.encode())
+        try:
+            return dict(json.loads(raw)) if raw else None
+        except ValueError:
+            return None
+
+    def _scan(self) -> None:
+        """Pass 1: validate steps (and rewards, unless deferred), find where each step ends."""
+        cols = self.columns
+        early = self.check_rewards_first
+        read = list(dict.fromkeys([cols.step, *(r.column for r in cols.rewards if early)]))
+        inf_rows: Counter[str] = Counter()
+        inf_file: dict[str, Path] = {}
+        offset = 0
+        previous: int | None = None
+        for path, handle in zip(self.files, self._handles, strict=True):
+            for batch in _iter_batches(handle, path, read, self._unify):
+                steps = _step_values(batch.column(cols.step), path, cols.step)
+                if early:
+                    rewards = np.stack([to_float32(reward_array(batch, r)) for r in cols.rewards], axis=1)
+                    for channel, count in self._count_rewards(rewards, batch, path).items():
+                        inf_rows[channel] += count
+                        inf_file.setdefault(channel, path)
+                if len(steps):
+                    ascending = bool(np.all(steps[1:] >= steps[:-1]))
+                    if ascending:  # the usual layout: each step's rows end where the next step starts
+                        ends = np.append(np.flatnonzero(steps[1:] != steps[:-1]), len(steps) - 1)
+                        unique, last = steps[ends], offset + ends
+                    else:
+                        unique, first_in_reversed = np.unique(steps[::-1], return_index=True)
+                        last = offset + len(steps) - 1 - first_in_reversed
+                    self.sorted_steps &= ascending and (previous is None or int(steps[0]) >= previous)
+                    previous = int(steps[-1])
+                    self._last_row.update(zip(unique.tolist(), last.tolist(), strict=True))
+                offset += len(steps)
+        self.num_rows = offset
+        if inf_rows:
+            channel, count = inf_rows.most_common(1)[0]
+            self._infinite_rewards(channel, count, inf_file[channel])
+        if self.num_rows == 0:
+            names = ", ".join(str(f) for f in self.files[:3])
+            raise InputError(f"{names}: the input has no rows", hint="point at a run that logged rollouts")
+        if early:
+            self._check_some_reward()
+
+    def _check_some_reward(self) -> None:
+        """A run whose every reward is NaN has nothing to judge: an error, not a healthy verdict."""
+        if all(self.notes.nan_rewards[r.channel] >= self.num_rows for r in self.columns.rewards):
+            names = ", ".join(str(f) for f in self.files[:3]) + (" ..." if len(self.files) > 3 else "")
+            columns = ", ".join(r.label for r in self.columns.rewards)
+            raise InputError(
+                f"{names}: no finite reward in any channel ({columns}: all {self.num_rows:,} rows NaN or null)",
+                hint="check that the reward functions ran (None means 'not applicable'), or pass --reward-cols",
+            )
+
+    def _count_rewards(self, rewards: np.ndarray, source: pa.RecordBatch | pa.Table, path: Path) -> dict[str, int]:
+        """Add the NaN counts of a block of rewards ``[N, C]`` to the notes; return +-inf counts per channel.
+
+        A finite reward beyond :data:`REWARD_MAGNITUDE_LIMIT` (``source`` tells it from a true infinity that the
+        float32 conversion also gives) is an error naming the column and the range.
+        """
+        if bool((np.abs(rewards) <= REWARD_MAGNITUDE_LIMIT).all()):
+            return {}  # the usual block: no NaN, nothing beyond the limit (one pass over the whole block)
+        nan = np.isnan(rewards).sum(axis=0)
+        beyond = (np.abs(rewards) > REWARD_MAGNITUDE_LIMIT).sum(axis=0)  # +-inf included
+        found = {}
+        for k, reward in enumerate(self.columns.rewards):
+            self.notes.nan_rewards[reward.channel] += int(nan[k])
+            if beyond[k]:
+                values = reward_array(source, reward)
+                infinite = int(pc.sum(pc.is_inf(values)).as_py() or 0) if pa.types.is_floating(values.type) else 0
+                if infinite < beyond[k]:
+                    _huge_rewards(reward, values, int(beyond[k]) - infinite, path)
+                found[reward.channel] = infinite
+        return found
+
+    def _infinite_rewards(self, channel: str, count: int, path: Path) -> None:
+        label = next(r.label for r in self.columns.rewards if r.channel == channel)
+        raise SchemaError(
+            f"{path}: reward column {label!r} has {count} row(s) with +inf or -inf",
+            hint="rewards must be finite; use NaN (None in TRL) for 'not applicable'",
+        )
+
+    def _check_rewards_late(self, rewards: np.ndarray, source: pa.RecordBatch | pa.Table, path: Path) -> None:
+        """With ``check_rewards_first=False``, pass 2 counts NaN and rejects +-inf as it reads."""
+        if not self.check_rewards_first:
+            for channel, count in self._count_rewards(rewards, source, path).items():
+                self._infinite_rewards(channel, count, path)
+
+    def iter_steps(self) -> Iterator[RolloutBatch]:
+        """Pass 2: yield each step's rollouts as soon as its last row has been read."""
+        cols = self.columns
+        read = cols.source_columns
+        pending: dict[int, list[tuple[np.ndarray, pa.RecordBatch]]] = {}
+        offset = self._rows[0]
+        for path, batch in self._range_batches(read):
+            n = batch.num_rows
+            steps = _step_values(batch.column(cols.step), path, cols.step)
+            order = np.argsort(steps, kind="stable")
+            sorted_steps = steps[order]
+            cuts = np.flatnonzero(np.diff(sorted_steps)) + 1
+            for part in np.split(order, cuts) if n else []:
+                step = int(steps[part[0]])
+                contiguous = part[-1] - part[0] + 1 == len(part)
+                rows = batch.slice(int(part[0]), len(part)) if contiguous else batch.take(pa.array(part))
+                pending.setdefault(step, []).append((offset + part, rows))
+            offset += n
+            done = sorted(s for s in pending if self._last_row[s] < offset)
+            for step in done:
+                yield self._assemble(step, pending.pop(step), path)
+        self._finish_pass()
+
+    def iter_chunks(self, max_rows: int) -> Iterator[StackedChunk]:
+        """Pass 2 in chunks of whole steps (about ``max_rows`` rows; a larger step stays whole).
+
+        With steps in ascending order (the usual layout) a chunk is cut straight from the record batches,
+        with no per-step work; otherwise steps are assembled one by one and stacked.
+        """
+        if not self.sorted_steps:
+            for batches in chunk_steps(self.iter_steps(), max_rows):
+                yield stack_chunk(batches)
+            return
+        cols = self.columns
+        read = [c for c in cols.source_columns if c != cols.completion_length]
+        pending: list[pa.RecordBatch] = []
+        rows, offset = 0, self._rows[0]
+        path = self.files[-1]
+        for path, batch in self._range_batches(read):
+            if cols.group is not None and batch.column(cols.group).null_count:
+                self._null_groups(batch, path)
+            pending.append(batch)
+            rows += batch.num_rows
+            offset += batch.num_rows
+            if rows < max_rows:
+                continue
+            table = pa.Table.from_batches(pending)
+            steps = _step_values(table.column(cols.step).combine_chunks(), path, cols.step)
+            last_step = int(steps[-1])
+            cut = rows if self._last_row[last_step] < offset else int(np.searchsorted(steps, last_step))
+            if cut == 0:
+                continue  # one step larger than a chunk: keep reading until it is complete
+            yield self._stack(table.slice(0, cut), steps[:cut], path)
+            rest = table.slice(cut)
+            pending, rows = rest.to_batches(), rest.num_rows
+        if rows:
+            table = pa.Table.from_batches(pending)
+            steps = _step_values(table.column(cols.step).combine_chunks(), path, cols.step)
+            yield self._stack(table, steps, path)
+        self._finish_pass()
+
+    def _null_groups(self, batch: pa.RecordBatch, path: Path) -> None:
+        cols = self.columns
+        assert cols.group is not None
+        keys = batch.column(cols.group)
+        steps = batch.column(cols.step).filter(pc.is_null(keys))
+        raise SchemaError(
+            f"{path}: group column {cols.group!r} has {keys.null_count} empty (null) value(s) at step {steps[0]}",
+            hint="fill the group ids, or pass --group-size N for consecutive blocks",
+        )
+
+    def _stack(self, table: pa.Table, steps: np.ndarray, path: Path) -> StackedChunk:
+        """One chunk of whole steps in ascending order: dense group ids unique across the chunk."""
+        cols = self.columns
+        table = table.combine_chunks()
+        n = table.num_rows
+        step_starts = np.concatenate([[0], np.flatnonzero(steps[1:] != steps[:-1]) + 1])
+        step_lengths = np.diff(np.append(step_starts, n))
+        step_index = np.repeat(np.arange(len(step_starts)), step_lengths)
+        if cols.group is None and cols.group_size is not None:
+            size = cols.group_size
+            per_step = -(-step_lengths // size)
+            self.notes.ragged_blocks += int(np.count_nonzero(step_lengths % size))
+            group_offsets = np.concatenate([[0], np.cumsum(per_step)[:-1]])
+            position = np.arange(n) - np.repeat(step_starts, step_lengths)
+            group_index = position // size + np.repeat(group_offsets, step_lengths)
+        else:
+            name = cols.group if cols.group is not None else cols.prompt
+            assert name is not None  # discover_columns guarantees a way to group
+            group_index = _group_runs(table.column(name).chunk(0), step_starts, step_index)
+        num_groups = int(group_index.max()) + 1
+        sizes = np.bincount(group_index, minlength=num_groups)
+        self.notes.group_sizes.update(dict(zip(*np.unique(sizes, return_counts=True), strict=True)))
+        if cols.completion:
+            self.notes.duplicate_rows += _count_duplicates(table, group_index, cols)
+            self._count_repeats(table, group_index, step_index)
+        rewards = np.stack([to_float32(reward_array(table, r)) for r in cols.rewards], axis=1)
+        self._check_rewards_late(rewards, table, path)
+        logged = None
+        if cols.advantage:  # writable: torch wants to own what it wraps
+            logged = np.require(to_float32(table.column(cols.advantage).chunk(0)), requirements="W")
+        return StackedChunk(
+            rewards=rewards,
+            group_index=group_index,
+            step_index=step_index,
+            steps=steps[step_starts],
+            num_groups=num_groups,
+            logged=logged,
+        )
+
+    def _assemble(self, step: int, parts: list[tuple[np.ndarray, pa.RecordBatch]], path: Path) -> RolloutBatch:
+        cols = self.columns
+        row_ids = np.concatenate([ids for ids, _ in parts])
+        table = pa.Table.from_batches([b for _, b in parts]).combine_chunks()
+        rewards = np.stack([to_float32(reward_array(table, r)) for r in cols.rewards], axis=1)
+        self._check_rewards_late(rewards, table, path)
+        group_keys, group_index = self._groups(table, step, path)
+        num_groups = int(group_index.max()) + 1 if len(group_index) else 0
+        sizes = np.bincount(group_index, minlength=num_groups)
+        self.notes.group_sizes.update(dict(zip(*np.unique(sizes, return_counts=True), strict=True)))
+        advantage = to_float32(table.column(cols.advantage).combine_chunks()) if cols.advantage else None
+        extra_names = [c for c in (cols.prompt, cols.completion, cols.completion_length) if c]
+        extra = table.select(extra_names) if extra_names else None
+        if cols.completion:
+            self.notes.duplicate_rows += _count_duplicates(table, group_index, cols)
+            self._count_repeats(table, group_index, np.zeros(len(group_index), dtype=np.int64))
+        return RolloutBatch(
+            step=step,
+            rewards=rewards,
+            group_index=group_index,
+            num_groups=num_groups,
+            row_ids=row_ids,
+            group_keys=group_keys,
+            advantage=advantage,
+            extra=extra,
+        )
+
+    def _count_repeats(self, table: pa.Table, group_index: np.ndarray, step_index: np.ndarray) -> None:
+        checked, repeated, rows = _repeated_groups(table, group_index, step_index, self.columns)
+        self.notes.groups_checked += checked
+        self.notes.repeated_groups += repeated
+        self.notes.repeated_group_rows += rows
+
+    def _groups(self, table: pa.Table, step: int, path: Path) -> tuple[pa.Array, np.ndarray]:
+        cols = self.columns
+        n = table.num_rows
+        if cols.group is not None:
+            keys = table.column(cols.group).combine_chunks()
+            if keys.null_count:
+                raise SchemaError(
+                    f"{path}: group column {cols.group!r} has {keys.null_count} empty (null) value(s) at step {step}",
+                    hint="fill the group ids, or pass --group-size N for consecutive blocks",
+                )
+            return keys, dense_codes(keys)
+        if cols.group_size is not None:
+            index = np.arange(n, dtype=np.int64) // cols.group_size
+            if n % cols.group_size:
+                self.notes.ragged_blocks += 1
+            return pa.array(index), index
+        assert cols.prompt is not None  # discover_columns guarantees a way to group
+        prompts = table.column(cols.prompt).combine_chunks()
+        index = dense_codes(prompts)
+        return pa.array(index), index
+
+
+def _group_runs(keys: pa.Array, step_starts: np.ndarray, step_index: np.ndarray) -> np.ndarray:
+    """Dense group ids for rows sorted by step: a group is the rows of one step sharing a key.
+
+    Groups usually come as runs of consecutive rows; then ids are run numbers. When a key comes back
+    later in its step, fall back to encoding each step's keys.
+    """
+    n = len(keys)
+    new_run = np.zeros(n, dtype=bool)
+    new_run[step_starts] = True
+    if n > 1:
+        new_run[1:] |= np.asarray(pc.not_equal(keys.slice(1), keys.slice(0, n - 1)).to_numpy(zero_copy_only=False))
+    run_starts = np.flatnonzero(new_run)
+    runs = pa.table({"step": step_index[run_starts], "key": keys.take(pa.array(run_starts))})
+    if runs.group_by(["step", "key"]).aggregate([]).num_rows == len(run_starts):
+        return np.cumsum(new_run) - 1
+    ends = np.append(step_starts[1:], n)
+    codes, offset = [], 0
+    for start, end in zip(step_starts.tolist(), ends.tolist(), strict=True):
+        local = dense_codes(keys.slice(start, end - start))
+        codes.append(local + offset)
+        offset += int(local.max()) + 1
+    return np.concatenate(codes)
+
+
+def dense_codes(keys: pa.Array) -> np.ndarray:
+    """Dense int64 codes ``0..K-1`` in order of first appearance, for any hashable Arrow type.
+
+    >>> dense_codes(pa.array(["b", "a", "b", "c"])).tolist()
+    [0, 1, 0, 2]
+    """
+    encoded = pc.dictionary_encode(keys)
+    return np.asarray(encoded.indices.to_numpy(zero_copy_only=False), dtype=np.int64)
+
+
+def _count_duplicates(table: pa.Table, group_index: np.ndarray, cols: ColumnMap) -> int:
+    keys = {"_group": pa.array(group_index)}
+    for name in (cols.prompt, cols.completion):
+        if name:
+            keys[name] = table.column(name)
+    counts = pa.table(keys).group_by(list(keys)).aggregate([([], "count_all")])
+    repeated = counts.column("count_all").to_numpy()
+    return int(np.maximum(repeated - 1, 0).sum())
+
+
+def _mix64(values: np.ndarray) -> np.ndarray:
+    """splitmix64's finaliser: well-spread 64-bit hashes of integers (wrapping uint64 arithmetic)."""
+    x = values.astype(np.uint64) + np.uint64(0x9E3779B97F4A7C15)
+    x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return x ^ (x >> np.uint64(31))
+
+
+def _repeated_groups(
+    table: pa.Table, group_index: np.ndarray, step_index: np.ndarray, cols: ColumnMap
+) -> tuple[int, int, int]:
+    """``(groups checked, groups repeating an earlier one, their rows)`` among the runs of consecutive rows of one
+    group: a run counts as a repeat when an earlier run of the same step has the same prompt and completion texts
+    in the same order. Runs of one row or of one distinct completion (a collapsed policy repeats itself) are not
+    checked: only whole groups read twice are meant."""
+    n = len(group_index)
+    if n < 2:
+        return 0, 0, 0
+    codes = np.zeros(n, dtype=np.int64)
+    for name in (cols.prompt, cols.completion):
+        if name:
+            column = table.column(name).combine_chunks()
+            encoded = pc.dictionary_encode(column)
+            indices = pc.fill_null(encoded.indices, -1)  # an empty text is a value of its own
+            part = np.asarray(indices.to_numpy(zero_copy_only=False), dtype=np.int64) + 1
+            codes = codes * (len(encoded.dictionary) + 2) + part
+    starts = np.concatenate([[0], np.flatnonzero(np.diff(group_index) != 0) + 1])
+    lengths = np.diff(np.append(starts, n))
+    position = np.arange(n) - np.repeat(starts, lengths)
+    with np.errstate(over="ignore"):
+        weighted = _mix64(codes) * _mix64(position + np.int64(1 << 40))
+    digest = np.add.reduceat(weighted, starts)
+    varied = np.minimum.reduceat(codes, starts) != np.maximum.reduceat(codes, starts)
+    eligible = (lengths >= 2) & varied
+    if not eligible.any():
+        return 0, 0, 0
+    with np.errstate(over="ignore"):
+        keys = digest ^ _mix64(step_index[starts]) ^ (_mix64(lengths) * np.uint64(0xD6E8FEB86659FD93))
+    _, first, counts = np.unique(keys[eligible], return_index=True, return_counts=True)
+    repeats = counts - 1
+    return int(eligible.sum()), int(repeats.sum()), int((repeats * lengths[eligible][first]).sum())

@@ -1,0 +1,77 @@
+"""Which canonical Parquet files found in one directory are parts of one run, and which are runs of their own.
+
+A run is often written as several files (``rollouts/part-000000-000009.parquet``, ..., or one file per step), and
+a folder of sample runs holds one file per run (``sample_logs/*.parquet``). Only the files' footers are read
+(schema and row-group statistics), never their rows:
+
+- files with different sets of reward columns (``reward/<channel>``; without any, different column sets) are
+  different runs;
+- files with the same reward columns are parts of one run when their ``step`` ranges do not overlap (parts cut
+  by steps); when two of them overlap (two runs of the same channels over the same steps), each file is a run
+  of its own. A file whose step range the footer does not tell (no statistics, no ``step`` column) counts as
+  not overlapping, as before this rule.
+
+A footer that cannot be read makes the file a run of its own (its reader then names the problem).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from itertools import pairwise
+from pathlib import Path
+
+import pyarrow.parquet as pq
+
+from collapse_doctor.io.storage.remote import parquet_source
+
+REWARD_PREFIX = "reward/"
+STEP = "step"
+
+Layout = tuple[frozenset[str] | None, tuple[int, int] | None]
+
+
+def _layout(path: Path) -> Layout:
+    """The file's reward columns (or, without any, all its columns) and its step range; ``(None, None)`` when its
+    footer cannot be read."""
+    try:
+        metadata = pq.read_metadata(parquet_source(path))  # an object in storage: its footer only
+    except Exception:  # pyarrow raises several kinds (ArrowInvalid, OSError) for a bad footer
+        return None, None
+    names = metadata.schema.names
+    rewards = frozenset(n for n in names if n.startswith(REWARD_PREFIX)) or frozenset(names)
+    if STEP not in names or metadata.num_rows == 0:
+        return rewards, None
+    column = names.index(STEP)
+    low: int | None = None
+    high: int | None = None
+    for group in range(metadata.num_row_groups):
+        stats = metadata.row_group(group).column(column).statistics
+        if stats is None or not stats.has_min_max or not isinstance(stats.min, int):
+            return rewards, None
+        low = stats.min if low is None else min(low, stats.min)
+        high = stats.max if high is None else max(high, stats.max)
+    return rewards, (low, high) if low is not None and high is not None else None
+
+
+def _disjoint(ranges: Sequence[tuple[int, int] | None]) -> bool:
+    known = sorted(r for r in ranges if r is not None)
+    return all(a[1] < b[0] for a, b in pairwise(known))
+
+
+def split_directory(files: Sequence[Path]) -> list[list[Path]]:
+    """The files of one directory as runs (each a sorted list of files), in the order of their first file."""
+    ordered = sorted(files)
+    if len(ordered) < 2:
+        return [ordered] if ordered else []
+    layouts = {p: _layout(p) for p in ordered}
+    clusters: dict[frozenset[str] | Path, list[Path]] = {}
+    for path in ordered:
+        rewards = layouts[path][0]
+        clusters.setdefault(rewards if rewards is not None else path, []).append(path)
+    runs: list[list[Path]] = []
+    for members in clusters.values():
+        if _disjoint([layouts[p][1] for p in members]):
+            runs.append(members)
+        else:
+            runs.extend([p] for p in members)
+    return sorted(runs, key=lambda run: run[0])

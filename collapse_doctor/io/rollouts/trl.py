@@ -1,0 +1,118 @@
+"""TRL ``GRPOTrainer`` completions: ``<output_dir>/completions/completions_<step>.parquet``.
+
+With ``log_completions=True`` TRL writes, per logging step, a table with ``step``, ``prompt``,
+``completion``, one column per reward function (named after the function, no prefix), any extra logged
+columns and ``advantage``. There is no group id: the ``num_generations`` completions of one prompt are
+consecutive rows with the same prompt, so groups are rebuilt as such blocks (``--group-size N`` cuts fixed
+blocks instead). Reward columns are the numeric columns other than the known ones; ``--reward-cols``
+picks them explicitly.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from collapse_doctor.core.errors import InputError, SchemaError
+from collapse_doctor.core.schema import channel_column
+from collapse_doctor.io.rollouts.parquet import open_parquet
+from collapse_doctor.io.rollouts.table_run import TableRun, consecutive_groups
+
+NOT_REWARDS = frozenset({"step", "advantage", "completion_length", "num_tokens", "epoch", "group_id"})
+FILE_NAME = re.compile(r"completions_(\d+)\.parquet")
+"""TRL's file name, ``completions_<step>.parquet``."""
+
+
+def _text(column: pa.ChunkedArray) -> list[str]:
+    if pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
+        return [v if v is not None else "" for v in column.to_pylist()]
+    return [json.dumps(v, sort_keys=True, default=str) for v in column.to_pylist()]
+
+
+def _numeric(dtype: pa.DataType) -> bool:
+    return bool(pa.types.is_integer(dtype) or pa.types.is_floating(dtype) or pa.types.is_boolean(dtype))
+
+
+def open_trl_completions(
+    files: Sequence[Path],
+    *,
+    reward_cols: Sequence[str] | None = None,
+    group_size: int | None = None,
+    weights: dict[str, float] | None = None,
+    **_: object,
+) -> TableRun:
+    """Read TRL completions tables into one canonical run."""
+    tables = []
+    for path in sorted(files, key=lambda p: (int(m.group(1)) if (m := FILE_NAME.fullmatch(p.name)) else -1, p)):
+        try:
+            table = open_parquet(path).read()
+        except (pa.ArrowException, OSError) as exc:
+            raise InputError(
+                f"{path}: cannot read data ({' '.join(str(exc).split())[:200]})",
+                hint="the file may be truncated or corrupt; if TRL is still writing it, wait for it to be closed",
+            ) from exc
+        if "step" not in table.column_names:
+            found = FILE_NAME.fullmatch(path.name)
+            step = int(found.group(1)) if found else 0
+            table = table.append_column("step", pa.array(np.full(table.num_rows, step, dtype=np.int64)))
+        tables.append(table)
+    table = pa.concat_tables(tables, promote_options="permissive")
+    label = files[0].parent
+    if reward_cols:
+        missing = [c for c in reward_cols if c not in table.column_names]
+        if missing:
+            raise SchemaError(
+                f"{label}: reward column(s) {missing} (from --reward-cols) not found; "
+                f"found columns: {table.column_names}",
+                hint="pass the reward function names as they appear in the completions tables",
+            )
+        rewards = list(reward_cols)
+    else:
+        rewards = [
+            f.name
+            for f in table.schema
+            if _numeric(f.type) and f.name not in NOT_REWARDS and not f.name.startswith(("reward/", "adv/"))
+        ]
+    if not rewards:
+        raise SchemaError(
+            f"{label}: no reward column in the TRL completions tables; found columns: {table.column_names}",
+            hint="pass --reward-cols with the reward function names",
+        )
+    try:
+        step_column = pc.cast(table.column("step"), pa.int64())
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+        raise SchemaError(
+            f"{label}: step column 'step' holds values that are not whole numbers ({' '.join(str(exc).split())[:160]})",
+            hint="TRL writes the step as a number (or a numeric string); fix the column, or remove it to take the "
+            "step from the file name completions_<step>.parquet",
+        ) from exc
+    columns: dict[str, pa.Array | pa.ChunkedArray] = {"step": step_column}
+    prompts = _text(table.column("prompt")) if "prompt" in table.column_names else None
+    if prompts is not None and group_size is None:
+        steps = columns["step"].to_numpy()
+        ids = np.zeros(len(steps), dtype=np.int64)
+        for step in np.unique(steps):
+            rows = np.flatnonzero(steps == step)
+            ids[rows] = consecutive_groups([prompts[i] for i in rows])
+        columns["group_id"] = pa.array(ids)
+    for name in rewards:
+        try:
+            columns[channel_column(name)] = pc.cast(table.column(name), pa.float64())
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+            raise SchemaError(
+                f"{label}: reward column {name!r} has type {table.schema.field(name).type}, expected numbers",
+                hint="pass --reward-cols with the numeric reward columns",
+            ) from exc
+    if prompts is not None:
+        columns["prompt"] = pa.array(prompts)
+    if "completion" in table.column_names:
+        columns["completion"] = pa.array(_text(table.column("completion")))
+    if "advantage" in table.column_names and _numeric(table.schema.field("advantage").type):
+        columns["advantage"] = pc.cast(table.column("advantage"), pa.float64())
+    return TableRun(pa.table(columns), label=label, sources=files, group_size=group_size, weights=weights)

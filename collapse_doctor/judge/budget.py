@@ -1,0 +1,124 @@
+"""The signal budget of a run: how much of it carried no gradient under an algorithm, and why.
+
+Reads the per-step counts of :mod:`collapse_doctor.engine.stats.signal` (silent groups, zero-advantage rows, silent
+groups at every channel's step maximum or minimum) and the per-channel floor/ceiling counts. "All-pass" means
+every channel at its RUN-wide maximum, which a step can only contribute when its own maximum of every channel
+equals the run's; summing the per-step counts of those steps is exact. Pure numpy on a RunSeries, no I/O.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+
+import numpy as np
+
+from collapse_doctor.core.series import RunSeries
+
+_STEPS = slice(None)
+
+
+def _run_extreme(series: RunSeries, name: str, how: str) -> np.ndarray:
+    values = series[name]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return np.asarray(np.nanmax(values, axis=0) if how == "max" else np.nanmin(values, axis=0))
+
+
+def steps_at_extreme(series: RunSeries, how: str) -> np.ndarray:
+    """``[S, C]`` whether the step's maximum (``how="max"``) or minimum of each channel is the run's.
+
+    A channel that never varies over the whole run (its maximum is its minimum) is at its floor when that
+    value is 0 or less (a reward never earned) and at its ceiling otherwise.
+    """
+    name = f"reward_{how}"
+    at = series[name] == _run_extreme(series, name, how)[None, :]
+    top, bottom = _run_extreme(series, "reward_max", "max"), _run_extreme(series, "reward_min", "min")
+    constant = top == bottom
+    wrong_side = constant & ((top <= 0) if how == "max" else (top > 0))
+    return np.asarray(at & ~wrong_side[None, :])
+
+
+@dataclass(frozen=True)
+class SignalBudget:
+    """Shares of a stretch of a run (all of it by default) under one algorithm, with their support."""
+
+    algorithm: str
+    zero_advantage_rollout_share: float
+    """Valid rollouts whose advantage is 0 (silent groups and groups of one) over all valid rollouts."""
+    silent_group_share: float
+    all_pass_group_share: float
+    """Silent groups with every channel at its run-wide maximum, over groups with 2+ rollouts."""
+    all_fail_group_share: float
+    rollouts: int
+    groups: int
+
+    @property
+    def cancel_group_share(self) -> float:
+        """Silent groups that are neither all-pass nor all-fail: channels vary but their advantages cancel."""
+        return max(0.0, self.silent_group_share - self.all_pass_group_share - self.all_fail_group_share)
+
+    def to_dict(self) -> dict[str, float | int | str]:
+        return {
+            "algorithm": self.algorithm,
+            "zero_advantage_rollout_share": self.zero_advantage_rollout_share,
+            "all_pass_group_share": self.all_pass_group_share,
+            "all_fail_group_share": self.all_fail_group_share,
+            "silent_group_share": self.silent_group_share,
+            "rollouts": self.rollouts,
+            "groups": self.groups,
+        }
+
+
+def _share(num: float, den: float) -> float:
+    return float(num / den) if den > 0 else float("nan")
+
+
+def signal_budget(series: RunSeries, algorithm: str, window: slice = _STEPS) -> SignalBudget | None:
+    """The budget of ``window`` (steps of the series) under ``algorithm`` ("grpo" or "gdpo"); None without it."""
+    if series.num_steps == 0:
+        return None
+    at_max = steps_at_extreme(series, "max")
+    at_min = steps_at_extreme(series, "min")
+    has = np.isfinite(series["reward_max"])
+    pass_ok = (at_max | ~has).all(axis=1)[window]
+    fail_ok = (at_min | ~has).all(axis=1)[window]
+    rows = float(np.nansum(series["valid_rows"][window]))
+    groups = float(np.nansum(series["eligible_groups"][window]))
+    all_pass = float(np.nansum(np.where(pass_ok, series[f"all_pass_groups_{algorithm}"][window], 0.0)))
+    all_fail = float(np.nansum(np.where(fail_ok, series[f"all_fail_groups_{algorithm}"][window], 0.0)))
+    return SignalBudget(
+        algorithm=algorithm,
+        zero_advantage_rollout_share=_share(np.nansum(series[f"zero_adv_rows_{algorithm}"][window]), rows),
+        silent_group_share=_share(np.nansum(series[f"silent_groups_{algorithm}"][window]), groups),
+        all_pass_group_share=_share(all_pass, groups),
+        all_fail_group_share=_share(all_fail, groups),
+        rollouts=int(rows),
+        groups=int(groups),
+    )
+
+
+def channel_extreme_shares(series: RunSeries, window: slice = _STEPS) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per channel over ``window``: (ceiling share, floor share, groups) of the groups where it has 2+ values.
+
+    Ceiling: constant at the channel's run-wide maximum; floor: at its run-wide minimum.
+    """
+    at_max = steps_at_extreme(series, "max")[window]
+    at_min = steps_at_extreme(series, "min")[window]
+    groups = np.nansum(series["channel_groups"][window], axis=0)
+    ceiling = np.nansum(np.where(at_max, series["channel_at_max_groups"][window], 0.0), axis=0)
+    floor = np.nansum(np.where(at_min, series["channel_at_min_groups"][window], 0.0), axis=0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return (
+            np.where(groups > 0, ceiling / np.maximum(groups, 1), np.nan),
+            np.where(groups > 0, floor / np.maximum(groups, 1), np.nan),
+            groups,
+        )
+
+
+def applies_share(series: RunSeries, window: slice = _STEPS) -> np.ndarray:
+    """Per channel: the share of valid rollouts on which it has a value (TRL's None is no value)."""
+    rows = float(np.nansum(series["valid_rows"][window]))
+    return (
+        np.nansum(series["channel_rows"][window], axis=0) / rows if rows > 0 else np.full(len(series.channels), np.nan)
+    )

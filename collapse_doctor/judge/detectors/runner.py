@@ -1,0 +1,60 @@
+"""Run the selected detectors on a run's values: check each one's ``requires``, contain crashes, apply overrides."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+
+from collapse_doctor.core.findings import Finding, Severity
+from collapse_doctor.judge.detectors.base import REGISTRY, REQUIREMENTS, DetectionContext, NotEnoughData
+
+
+def missing_requirement(ctx: DetectionContext, requires: Sequence[str]) -> str | None:
+    """The reason a detector cannot run on this run, or ``None`` when everything it requires is there."""
+    present = {
+        "rollouts": bool(ctx.run.rollouts),
+        "logged_advantage": ctx.run.logged_advantage,
+        "scalars": ctx.scalars is not None,
+    }
+    for need in requires:
+        if not present[need]:
+            return REQUIREMENTS[need]
+    return None
+
+
+def run_detectors(ctx: DetectionContext, codes: Sequence[str]) -> tuple[list[Finding], dict[str, str]]:
+    """Run the selected detectors (most severe findings first); a crash becomes an ``error`` finding."""
+    findings: list[Finding] = []
+    skipped: dict[str, str] = {}
+    for code in codes:
+        detector = REGISTRY[code]
+        reason = missing_requirement(ctx, detector.requires)
+        if reason is None and "rollouts" in detector.requires and ctx.series.num_steps < ctx.min_steps:
+            steps = ctx.series.num_steps
+            reason = f"not enough data to judge: {steps} step{'s' if steps != 1 else ''} of rollouts, a sustained "
+            reason += f"condition needs {ctx.min_steps}+"
+        if reason is not None:
+            skipped[code] = reason
+            continue
+        try:
+            found = detector().detect(ctx)
+        except NotEnoughData as exc:
+            skipped[code] = f"not enough data to judge: {exc}"
+            continue
+        except Exception as exc:  # a broken detector must not hide the others' findings
+            found = [
+                Finding(
+                    code=code,
+                    severity=Severity.ERROR,
+                    title=f"detector {code} crashed",
+                    message=f"{type(exc).__name__}: {' '.join(str(exc).split())}",
+                    remedy="report this with the input file; the other detectors ran",
+                )
+            ]
+        override = ctx.config.severity.get(code)
+        if override:
+            level = Severity[override.upper()]
+            found = [replace(f, severity=level) if f.severity != Severity.ERROR else f for f in found]
+        findings.extend(found)
+    findings.sort(key=lambda f: (-int(f.severity), f.code, f.onset_step if f.onset_step is not None else -1))
+    return findings, skipped

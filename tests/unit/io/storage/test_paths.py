@@ -1,0 +1,72 @@
+"""expand_paths: unreadable subdirectories and symlink loops are errors naming them, never skipped."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from collapse_doctor.core.errors import InputError
+from collapse_doctor.io.discovery import discover_runs
+from collapse_doctor.io.storage.paths import expand_paths
+from tests.helpers.runs import binary_run
+
+
+def _kind(path: Path) -> str | None:
+    return "parquet" if path.suffix == ".parquet" else None
+
+
+def _empty(text: str, inside: list[Path]) -> InputError:
+    return InputError(f"{text}: empty")
+
+
+def _expand(*paths: str | Path) -> list[Path]:
+    return [p for _, p in expand_paths(list(paths), kind_of=_kind, empty_directory=_empty).files]
+
+
+def test_files_below_a_directory_as_rglob_found_them(tmp_path: Path) -> None:
+    (tmp_path / "a" / "b").mkdir(parents=True)
+    for name in ("a/x.parquet", "a/b/y.parquet", "z.parquet", "a/notes.txt"):
+        (tmp_path / name).write_bytes(b"")
+    (tmp_path / "linked").symlink_to(tmp_path / "a")  # symlinked directories are not followed (as rglob)
+    (tmp_path / "dangling.parquet").symlink_to(tmp_path / "gone.parquet")  # not a file: skipped, as before
+    found = _expand(tmp_path)
+    assert found == sorted(p for p in tmp_path.rglob("*") if p.is_file() and p.suffix == ".parquet")
+    assert [p.relative_to(tmp_path).as_posix() for p in found] == ["a/b/y.parquet", "a/x.parquet", "z.parquet"]
+
+
+def test_an_unreadable_subdirectory_is_an_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Tests run as root, for whom a chmod 000 directory stays readable: the listing's failure is simulated where
+    # the walk lists directories (os.scandir), as the kernel reports it to a normal user.
+    run = tmp_path / "run"
+    (run / "locked").mkdir(parents=True)
+    binary_run(run / "part-0.parquet", pass_rates={"a": 0.5}, steps=4)
+    binary_run(run / "locked" / "part-1.parquet", pass_rates={"a": 0.5}, steps=4)
+    real_scandir = os.scandir
+
+    def scandir(path: str | os.PathLike[str]) -> object:
+        if Path(path).name == "locked":
+            raise PermissionError(13, "Permission denied", str(path))
+        return real_scandir(path)
+
+    monkeypatch.setattr(os, "scandir", scandir)
+    with pytest.raises(InputError) as caught:
+        discover_runs([run])
+    assert caught.value.one_line().startswith(f"{run / 'locked'}: cannot read this directory (Permission denied)")
+    assert "fix its permissions" in caught.value.one_line()
+
+
+def test_a_symlink_loop_has_its_own_error(tmp_path: Path) -> None:
+    (tmp_path / "a.parquet").symlink_to(tmp_path / "b.parquet")
+    (tmp_path / "b.parquet").symlink_to(tmp_path / "a.parquet")
+    with pytest.raises(InputError) as caught:
+        _expand(tmp_path / "a.parquet")
+    assert (
+        caught.value.message
+        == f"{tmp_path / 'a.parquet'}: symbolic link loop (the link resolves to itself through other links)"
+    )
+    with pytest.raises(InputError, match="symbolic link loop"):
+        _expand(tmp_path)  # found inside a directory: named too, not skipped
+    with pytest.raises(InputError, match="no such file or directory"):
+        _expand(tmp_path / "missing.parquet")  # a plain missing path keeps its message
