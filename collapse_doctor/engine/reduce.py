@@ -209,22 +209,34 @@ def _chunk_workers(device: str) -> Any:
 def _reduce_chunk(
     stacked: StackedChunk, *, channels: tuple[str, ...], weights: Mapping[str, float], device: str
 ) -> tuple[StackedChunk, ChunkInput | DenseChunk, Mapping[str, np.ndarray]]:
-    """One chunk through the advantage engine and the statistics (numpy results).
+    """One chunk through the advantage engine and the statistics (numpy results)."""
+    from collapse_doctor.engine.stats import DenseChunk, step_statistics
+
+    chunk = engine_chunk(stacked, channels, weights, device)
+    if isinstance(chunk, DenseChunk):
+        stats = step_statistics(chunk)
+        chunk.release()
+        return stacked, chunk, stats
+    # not the dense path: the chunk is on another device, or dense_layout already said no
+    return stacked, chunk, step_statistics(chunk, allow_dense=False)
+
+
+def engine_chunk(
+    stacked: StackedChunk, channels: Sequence[str], weights: Mapping[str, float], device: str
+) -> ChunkInput | DenseChunk:
+    """A chunk's rows with their GRPO and GDPO advantages: the one place that picks the engine.
 
     On CPU a chunk in the dense layout runs on NumPy (:class:`~collapse_doctor.engine.stats.dense.DenseChunk`: no
     torch import); any other chunk, or another device, on torch.
     """
-    from collapse_doctor.engine.stats import DenseChunk, dense_layout, step_statistics
+    from collapse_doctor.engine.stats import DenseChunk, dense_layout
 
     num_steps = len(stacked.steps)
     if device == "cpu":
         g = dense_layout(stacked.rewards, stacked.group_index, stacked.num_groups, stacked.step_index, num_steps)
         if g is not None:
             row_weights = [weights[c] for c in channels]
-            dense = DenseChunk.from_rows(stacked.rewards, g, stacked.step_index, row_weights, num_steps, stacked.logged)
-            stats = step_statistics(dense)
-            dense.release()
-            return stacked, dense, stats
+            return DenseChunk.from_rows(stacked.rewards, g, stacked.step_index, row_weights, num_steps, stacked.logged)
     from collapse_doctor.engine.advantages import compute_advantages
     from collapse_doctor.engine.stats import ChunkInput
     from collapse_doctor.engine.workers import torch_for_workers
@@ -232,9 +244,19 @@ def _reduce_chunk(
     torch_for_workers()
     rewards, group_index, step_index, weight_t, logged = stacked.tensors(channels, weights, device)
     adv = compute_advantages(rewards, group_index, weights=weight_t, step_index=step_index)
-    chunk_input = ChunkInput(rewards, group_index, step_index, weight_t, adv, stacked.num_groups, num_steps, logged)
-    # not the dense path: the chunk is on another device, or dense_layout already said no
-    return stacked, chunk_input, step_statistics(chunk_input, allow_dense=False)
+    return ChunkInput(rewards, group_index, step_index, weight_t, adv, stacked.num_groups, num_steps, logged)
+
+
+def row_advantages(
+    stacked: StackedChunk, channels: Sequence[str], weights: Mapping[str, float], device: str = "cpu"
+) -> tuple[np.ndarray, np.ndarray]:
+    """GRPO and GDPO advantages of a chunk's rows, in row order (float64), as ``scan`` computes them."""
+    from collapse_doctor.engine.stats import DenseChunk
+    from collapse_doctor.engine.stats.kernels import to_host
+
+    chunk = engine_chunk(stacked, channels, weights, device)
+    adv = chunk.row_advantages() if isinstance(chunk, DenseChunk) else chunk.advantages
+    return to_host(adv.grpo).astype(np.float64), to_host(adv.gdpo).astype(np.float64)
 
 
 def shard_ranges(run: Any, workers: int) -> list[tuple[int, int]]:

@@ -1,11 +1,11 @@
-"""``scan``'s detectors on a run while it trains, from the series the monitor already reduced.
+"""``scan``'s judgement of a run while it trains, from the reductions the monitor already made.
 
-:class:`~collapse_doctor.integrations.rollouts.RolloutMonitor` reduces each part's steps once (the same
-statistics ``scan`` computes from the part files); :class:`LiveDiagnosis` runs the selected detectors
-(:func:`collapse_doctor.pipeline.scan.detect`) on the series of every step so far. Nothing is read back from
-disk, so a check costs the detectors' pass over the per-step series, not a re-read of the rollouts.
-Each finding is reported once, when it first appears, and again only when its severity rises (as
-``watch`` does).
+:class:`~collapse_doctor.integrations.rollouts.RolloutMonitor` reduces each part it writes once, by ``scan``'s own
+path; :class:`LiveDiagnosis` merges those reductions and judges them with
+:func:`collapse_doctor.pipeline.scan.diagnose_reduction`, the function every entry point judges a run with, so the
+callback's diagnosis is the one ``scan OUTPUT/rollouts`` gives. Nothing is read back from disk: a check costs the
+detectors' pass over the per-step series. Each finding is reported once, when it first appears, and again only when
+its severity rises (as ``watch`` does).
 """
 
 from __future__ import annotations
@@ -16,13 +16,13 @@ from typing import TYPE_CHECKING
 
 from collapse_doctor.core.findings import Finding, Severity, check_fail_on, failing
 from collapse_doctor.core.options import ScanOptions
-from collapse_doctor.core.result import Diagnosis, RunSummary
+from collapse_doctor.core.result import Diagnosis
+from collapse_doctor.pipeline.scan import ScanPlan, diagnose_reduction, resolve_config
 
 if TYPE_CHECKING:
     from collapse_doctor.core.config import Config
     from collapse_doctor.integrations.rollouts import RolloutMonitor
 
-WEIGHTS_SOURCE = "trainer reward_weights"
 FindingKey = tuple[str, tuple[str, ...], str]
 
 
@@ -57,42 +57,23 @@ class LiveDiagnosis:
 
     def _config(self) -> tuple[Config, tuple[str, ...]]:
         if self._resolved is None:
-            from collapse_doctor.pipeline.scan import resolve_config
-
             options = ScanOptions(config=self.config)
             self._resolved = resolve_config([self.monitor.rollouts_dir], options)
         return self._resolved
 
-    def summary(self) -> RunSummary:
-        """The run so far as ``scan`` of its rollouts would summarise it."""
-        monitor, totals = self.monitor, self.monitor.totals
-        series = monitor.series()
-        algo = "grpo" if monitor.algo == "grpo" else "gdpo"
-        return RunSummary(
-            sources=(str(monitor.rollouts_dir),),
-            steps=series.num_steps,
-            rollouts=totals.rollouts,
-            groups=totals.groups,
-            group_size_min=totals.group_size_min,
-            group_size_max=totals.group_size_max,
-            first_step=int(series.steps[0]) if series.num_steps else None,
-            last_step=int(series.steps[-1]) if series.num_steps else None,
-            channels=monitor.channels,
-            weights={c: monitor.weights.get(c, 1.0) for c in monitor.channels},
-            weights_source=WEIGHTS_SOURCE,
-            algorithm=algo,
-            algorithm_source=f"the trainer's aggregation ({monitor.algo})",
-            logged_advantage=True,
-            device="cpu",
-            dynamic_weight_channels=monitor.channels if totals.dynamic_weights else (),
-        )
-
     def check(self) -> LiveCheck:
         """Run the detectors on every step reduced so far."""
-        from collapse_doctor.pipeline.scan import detect
-
         config, codes = self._config()
-        diagnosis = detect(self.summary(), self.monitor.series(), None, config, codes)
+        plan = ScanPlan(
+            paths=(str(self.monitor.rollouts_dir),),
+            runs=(),
+            options=ScanOptions(),
+            config=config,
+            codes=codes,
+            named=False,
+        )
+        # The parts carry the trainer's weights in their metadata, so nothing is inferred (scan infers nothing either).
+        diagnosis = diagnose_reduction(plan, self.monitor.reduction(), None).diagnosis
         self.checks += 1
         new = []
         for finding in diagnosis.findings:

@@ -6,18 +6,21 @@ Every generation batch (one training step) becomes rows of the canonical table (
 Rows are buffered and written every ``write_every`` steps as ``OUTPUT/rollouts/part-<first>-<last>.parquet``,
 each file atomically, so ``collapse-doctor scan OUTPUT`` works while the run goes on.
 
-With each part, the part's steps are reduced once by ``scan``'s own statistics
-(:func:`collapse_doctor.engine.stats.step_statistics`, one call for the part: its cost is mostly fixed overhead).
+With each part, the part's table is reduced once by ``scan``'s own path (read as a
+:class:`~collapse_doctor.io.rollouts.table_run.TableRun`, reduced by
+:func:`~collapse_doctor.engine.reduce.reduce_rollouts`, kept as a
+:class:`~collapse_doctor.core.reduction.RunReduction`).
 The per-step values feed three things: TensorBoard scalars under ``collapse_doctor/`` in ``OUTPUT/tensorboard``
 (one event per step), the scalars handed to the trainer's own logger (:meth:`RolloutMonitor.take_log_scalars`),
-and the run's :class:`~collapse_doctor.core.series.RunSeries` that the detectors read while it trains
-(:mod:`collapse_doctor.integrations.live`), so nothing is read back from disk.
+and the run's reduction, which the live diagnosis (:mod:`collapse_doctor.integrations.live`) judges through the
+same pipeline as ``scan`` of the parts: nothing is read back from disk, and both give one answer.
 """
 
 from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,10 +28,13 @@ from typing import Any
 import numpy as np
 import torch
 
+from collapse_doctor.core.reduction import RunReduction, merge_reductions
 from collapse_doctor.core.schema import WEIGHTS_METADATA_KEY, channel_column
-from collapse_doctor.core.series import RunSeries, SeriesBuilder, channel_pairs
+from collapse_doctor.core.series import RunSeries
+from collapse_doctor.engine.reduce import empty_series
 from collapse_doctor.integrations.events import ScalarEventWriter
 from collapse_doctor.io.storage.atomic import atomic_path
+from collapse_doctor.pipeline.scan import reduction_of
 
 ROLLOUTS_DIR = "rollouts"
 TENSORBOARD_DIR = "tensorboard"
@@ -80,27 +86,6 @@ class StepRecord:
         self.completion_lengths = [*self.completion_lengths, *other.completion_lengths]
 
 
-@dataclass
-class RunTotals:
-    """Sizes of what the monitor reduced so far (the run summary the live detectors see)."""
-
-    rollouts: int = 0
-    groups: int = 0
-    group_size_min: int = 0
-    group_size_max: int = 0
-    dynamic_weights: bool = False
-
-    def add(self, rows: int, group_size: int, dynamic_weights: bool) -> None:
-        groups = -(-rows // group_size)
-        last = rows - (groups - 1) * group_size
-        smallest = min(group_size, last)
-        self.group_size_min = smallest if not self.groups else min(self.group_size_min, smallest)
-        self.group_size_max = max(self.group_size_max, group_size)
-        self.rollouts += rows
-        self.groups += groups
-        self.dynamic_weights = self.dynamic_weights or dynamic_weights
-
-
 def _as_text(value: Any) -> str:
     if isinstance(value, str):
         return value
@@ -128,15 +113,12 @@ class RolloutMonitor:
     parts_due: int = 0
     """Parts due so far (counted on every process, written only where ``enabled``)."""
     last_step: int | None = None
-    totals: RunTotals = field(default_factory=RunTotals)
+    reductions: list[RunReduction] = field(default_factory=list)
+    """One per part written (or found on disk when a run resumed), in step order: what ``scan`` reduces."""
     _rows: list[StepRecord] = field(default_factory=list, repr=False)
     _buffered_steps: int = field(default=0, repr=False)
     _writer: ScalarEventWriter | None = field(default=None, repr=False)
     _to_log: list[dict[str, float]] = field(default_factory=list, repr=False)
-    _series: SeriesBuilder | None = field(default=None, repr=False)
-
-    def __post_init__(self) -> None:
-        self._series = SeriesBuilder(self.channels, channel_pairs(self.channels))
 
     @property
     def rollouts_dir(self) -> Path:
@@ -185,38 +167,20 @@ class RolloutMonitor:
         self.flush()
         return True
 
-    def _reduce(self, records: list[StepRecord]) -> None:
-        """The part's per-step statistics: into the run's series, TensorBoard and the trainer's next log.
-
-        One ``step_statistics`` call for all of them: per call, its cost is mostly fixed overhead.
-        """
-        from collapse_doctor.engine.advantages import compute_advantages
-        from collapse_doctor.engine.stats import ChunkInput, step_statistics
-
-        rewards = torch.cat([r.rewards.float().cpu() for r in records])
-        logged = torch.cat([r.advantages.float().cpu() for r in records])
-        sizes = [r.rewards.shape[0] for r in records]
-        step_index = torch.repeat_interleave(torch.arange(len(records)), torch.tensor(sizes))
-        offsets = [0]
-        for r, n in zip(records, sizes, strict=True):
-            offsets.append(offsets[-1] + -(-n // r.group_size))
-            self.totals.add(n, r.group_size, r.weights is not None)
-        groups = torch.cat(
-            [torch.arange(n) // r.group_size + offsets[i] for i, (r, n) in enumerate(zip(records, sizes, strict=True))]
-        )
-        weights = torch.tensor([self.weights.get(c, 1.0) for c in self.channels], dtype=torch.float32)
-        adv = compute_advantages(rewards, groups, weights=weights, step_index=step_index)
-        chunk = ChunkInput(rewards, groups, step_index, weights, adv, offsets[-1], len(records), logged)
-        stats = step_statistics(chunk)
-        assert self._series is not None
-        self._series.add(np.asarray([r.step for r in records], dtype=np.int64), stats)
+    def _reduce(self, records: list[StepRecord], table: Any, target: Path) -> None:
+        """The part's reduction (``scan``'s path over the part's table): into the run's reductions, TensorBoard
+        and the trainer's next log."""
+        reduction = reduce_part(table, target)
+        self.reductions.append(reduction)
         algo = "grpo" if self.algo == "grpo" else "gdpo"
-        per_step = [self._step_scalars(r, s, stats, algo) for s, r in enumerate(records)]
+        stats = reduction.series.values
+        row = {int(step): i for i, step in enumerate(reduction.series.steps)}
+        per_step = [self._step_scalars(r, row[r.step], stats, algo) for r in records]
         self._to_log.extend(per_step)
         if self.tensorboard:
             self._events().write([(r.step, values) for r, values in zip(records, per_step, strict=True)])
 
-    def _step_scalars(self, record: StepRecord, s: int, stats: dict[str, np.ndarray], algo: str) -> dict[str, float]:
+    def _step_scalars(self, record: StepRecord, s: int, stats: Mapping[str, np.ndarray], algo: str) -> dict[str, float]:
         """One step's ``collapse_doctor/*`` scalars from the part's statistics (row ``s``)."""
         values: dict[str, float] = {}
         for k, channel in enumerate(self.channels):
@@ -248,10 +212,14 @@ class RolloutMonitor:
             out[key] = float(kept.mean()) if len(kept) else float("nan")
         return out
 
+    def reduction(self) -> RunReduction | None:
+        """The reduction of every part so far, merged (``None`` before the first part)."""
+        return merge_reductions(self.reductions)
+
     def series(self) -> RunSeries:
         """The per-step series of every step reduced so far (what ``scan`` computes from the parts)."""
-        assert self._series is not None
-        return self._series.build()
+        merged = self.reduction()
+        return merged.series if merged is not None else empty_series(self.channels)
 
     def _table(self, records: list[StepRecord]) -> Any:
         import pyarrow as pa
@@ -309,12 +277,13 @@ class RolloutMonitor:
         import pyarrow.parquet as pq
 
         records, self._rows = self._rows, []
-        self._reduce(records)
         first, last = min(r.step for r in records), max(r.step for r in records)
         self.rollouts_dir.mkdir(parents=True, exist_ok=True)
         target = self.rollouts_dir / f"part-{first:06d}-{last:06d}.parquet"
+        table = self._table(records)
+        self._reduce(records, table, target)
         with atomic_path(target) as tmp:
-            pq.write_table(self._table(records), tmp, compression="zstd")
+            pq.write_table(table, tmp, compression="zstd")
         self.files_written += 1
         return True
 
@@ -346,6 +315,10 @@ class RolloutMonitor:
                 pq.write_table(kept.replace_schema_metadata(table.schema.metadata), tmp, compression="zstd")
             part.unlink()
         self.purge_step = step
+        # The steps before the resume are the run's too: the live diagnosis judges them, as scan of the parts does.
+        self.reductions = [
+            reduce_part(pq.read_table(part), part) for part in sorted(self.rollouts_dir.glob("part-*.parquet"))
+        ]
 
     def close(self) -> None:
         """Write what is buffered and close the TensorBoard writer."""
@@ -353,3 +326,14 @@ class RolloutMonitor:
         if self._writer is not None:
             self._writer.close()
             self._writer = None
+
+
+def reduce_part(table: Any, path: Path) -> RunReduction:
+    """One rollout part (the canonical table the monitor writes) reduced as ``scan`` reduces it: read through
+    :class:`~collapse_doctor.io.rollouts.table_run.TableRun` (the same validation, grouping and weights metadata
+    as the Parquet file), reduced on the CPU."""
+    from collapse_doctor.engine.reduce import reduce_rollouts
+    from collapse_doctor.io.rollouts.table_run import TableRun
+
+    reader = TableRun(table, label=path, sources=[path])
+    return reduction_of(reader, reduce_rollouts(reader, "cpu"), "cpu")

@@ -15,6 +15,7 @@ import numpy as np
 
 from collapse_doctor.core import scalars as S
 from collapse_doctor.core.config import Config
+from collapse_doctor.core.reduction import RunReduction
 from collapse_doctor.core.numbers import nanmedian
 from collapse_doctor.core.result import RunSummary
 from collapse_doctor.core.scalars import ScalarSeries
@@ -23,34 +24,29 @@ from collapse_doctor.core.smoothing import rolling
 from collapse_doctor.judge.budget import applies_share, channel_extreme_shares, signal_budget
 
 
-def rollout_summary(
-    reader: Any,
-    series: RunSeries,
-    *,
-    algorithm: tuple[str, str],
-    device: str,
-) -> RunSummary:
-    """What a rollout reader read (sizes, channels, weights, notes) and the aggregation the run used."""
-    sizes = reader.notes.group_sizes
+def rollout_summary(reduction: RunReduction, *, algorithm: tuple[str, str]) -> RunSummary:
+    """What a run's rollouts reduced to (sizes, channels, weights, notes) and the aggregation the run used."""
+    sizes = reduction.notes.group_sizes
+    series = reduction.series
     return RunSummary(
-        sources=tuple(str(f) for f in reader.files),
+        sources=reduction.sources,
         steps=series.num_steps,
-        rollouts=reader.num_rows,
-        groups=int(sum(sizes.values())),
+        rollouts=reduction.rollouts,
+        groups=reduction.groups,
         group_size_min=int(min(sizes)) if sizes else 0,
         group_size_max=int(max(sizes)) if sizes else 0,
         first_step=int(series.steps[0]) if series.num_steps else None,
         last_step=int(series.steps[-1]) if series.num_steps else None,
-        channels=reader.channels,
-        weights=reader.weights,
-        weights_source=reader.weights_source,
+        channels=reduction.channels,
+        weights=dict(reduction.weights),
+        weights_source=reduction.weights_source,
         algorithm=algorithm[0],
         algorithm_source=algorithm[1],
-        logged_advantage=reader.columns.advantage is not None,
-        device=device,
-        warnings=tuple(reader.notes.warnings()),
-        ground_truth=reader.ground_truth,
-        dynamic_weight_channels=tuple(reader.dynamic_weight_channels),
+        logged_advantage=reduction.logged_advantage,
+        device=reduction.device,
+        warnings=tuple(reduction.notes.warnings()),
+        ground_truth=reduction.ground_truth,
+        dynamic_weight_channels=tuple(reduction.dynamic_weight_channels),
     )
 
 

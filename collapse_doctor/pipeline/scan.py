@@ -28,6 +28,7 @@ from collapse_doctor.core.config import Config, check_fail_on, load_config
 from collapse_doctor.core.errors import CollapseDoctorError, InputError
 from collapse_doctor.core.findings import Finding, Severity, verdict_of
 from collapse_doctor.core.options import ReadOptions, ScanOptions
+from collapse_doctor.core.reduction import RunReduction
 from collapse_doctor.core.result import Diagnosis, Phase, RunSummary
 from collapse_doctor.core.schema import AGGREGATION, resolve_weights
 from collapse_doctor.engine.parallel import available_cores, map_ordered
@@ -54,9 +55,9 @@ if TYPE_CHECKING:
     from collapse_doctor.engine.cluster import Executor
     from collapse_doctor.engine.stats import ChunkInput, DenseChunk
     from collapse_doctor.io.logs.scalar_cache import ScalarCache
-    from collapse_doctor.io.rollouts.parquet import ParquetRun
 
 __all__ = [
+    "Judged",
     "RunCollector",
     "RunsFailed",
     "ScanHooks",
@@ -65,9 +66,11 @@ __all__ = [
     "aggregation_phases",
     "detect",
     "diagnose",
+    "diagnose_reduction",
     "diagnose_runs",
     "is_history",
     "plan_scan",
+    "reduction_of",
     "resolve_config",
     "results_or_raise",
     "run_scan",
@@ -294,6 +297,9 @@ def scan_run(
     reader = open_rollouts(run, options.read, check_rewards_first=False)
     scalars = read_scalar_log(run, hooks.scalar_cache)
     collector = hooks.collector(run, options.read) if hooks.collector is not None else None
+    reduction = None
+    reduce_with = None
+    fresh: dict[str, RunCollector | None] = {}
     if reader is None:  # a scalar log only: nothing to recompute, and torch is not even imported
         if len(plan.runs) == 1 and (scalars is None or not scalars.points):
             files = run.scalar_files()
@@ -302,12 +308,6 @@ def scan_run(
                 f"{where}: the scalar log holds no scalar points, so there is nothing to diagnose",
                 hint="the trainer has not logged a step yet (watch waits for one), or point at the run's rollouts",
             )
-        channels = scalars.channels if scalars is not None else ()
-        weights = resolve_weights(channels, dict(options.read.weights or {}), {})
-        series = empty_series(channels)
-        algorithm = detect_algorithm(series, options.algo)
-        device = "cpu" if options.device == "auto" else options.device
-        summary = scalar_only_summary(run.scalar_files(), scalars, weights, algorithm=algorithm[0], device=device)
     else:
         ahead = None
         if executor is None:  # start reading now: the first chunks are read while torch is imported
@@ -324,19 +324,99 @@ def scan_run(
         series = reduce_rollouts(
             reader, device, collectors=collectors, on_progress=hooks.on_progress, executor=executor, chunks=ahead
         )
-        algorithm = detect_algorithm(series, options.algo, reader.dynamic_weight_channels)
-        reader, series, algorithm, collector, notes = _with_inferred_weights(
-            run, options, hooks, (reader, series, algorithm, collector), device, executor
-        )
-        algorithm, phases, phase_notes = aggregation_phases(step_aggregation(reader), options.algo, algorithm)
-        notes = notes + phase_notes
-        summary = rollout_summary(reader, series, algorithm=algorithm, device=device)
-        summary = replace(summary, phases=phases)
-        summary = replace(summary, warnings=summary.warnings + notes) if notes else summary
-    summary = with_scalar_log(summary, scalars, name=run.name if plan.named else None, has_rollouts=reader is not None)
+        reduction = reduction_of(reader, series, device)
+
+        def reduce_with(weights: dict[str, float]) -> RunReduction:
+            """The run read again with other weights (a new collector sees that pass)."""
+            read = replace(options.read, weights=weights)
+            again = open_rollouts(run, read, check_rewards_first=False)
+            assert again is not None  # the run opened once already
+            fresh["collector"] = hooks.collector(run, read) if hooks.collector is not None else None
+            pass_collectors = [c for c in fresh.values() if c is not None]
+            reweighed = reduce_rollouts(
+                again, device, collectors=pass_collectors, on_progress=hooks.on_progress, executor=executor
+            )
+            return reduction_of(again, reweighed, device)
+
+    judged = diagnose_reduction(
+        plan,
+        reduction,
+        scalars,
+        name=run.name if plan.named else None,
+        scalar_files=run.scalar_files(),
+        reduce_with=reduce_with,
+        started=started,
+    )
+    if fresh and judged.reduction is not reduction:  # judged on the second pass: its collector saw it
+        collector = fresh["collector"]
+    extra = collector.finish(judged.diagnosis) if collector is not None else None
+    return ScanResult(diagnosis=judged.diagnosis, inputs=run, extra=extra)
+
+
+def reduction_of(reader: Any, series: RunSeries, device: str) -> RunReduction:
+    """What a rollout reader read, with the series its chunks reduced to: the run's :class:`RunReduction`."""
+    return RunReduction(
+        series=series,
+        channels=tuple(reader.channels),
+        weights=dict(reader.weights),
+        weights_source=reader.weights_source,
+        sources=tuple(str(f) for f in reader.files),
+        rollouts=reader.num_rows,
+        notes=reader.notes,
+        logged_advantage=reader.columns.advantage is not None,
+        dynamic_weight_channels=tuple(reader.dynamic_weight_channels),
+        step_labels=step_aggregation(reader) or {},
+        ground_truth=reader.ground_truth,
+        device=device,
+    )
+
+
+@dataclass(frozen=True)
+class Judged:
+    """A run's diagnosis and the reduction it was judged on (another than the one handed in when the weights
+    the logged advantages imply were inferred and the rollouts reduced again with them)."""
+
+    diagnosis: Diagnosis
+    reduction: RunReduction | None
+
+
+def diagnose_reduction(
+    plan: ScanPlan,
+    reduction: RunReduction | None,
+    scalars: ScalarSeries | None,
+    *,
+    name: str | None = None,
+    scalar_files: Sequence[Path] = (),
+    reduce_with: Callable[[dict[str, float]], RunReduction] | None = None,
+    started: float | None = None,
+) -> Judged:
+    """THE path from a run's reduction to its diagnosis: ``scan``, ``report``, ``compare``, sweeps, Ray, every
+    ``watch`` poll and the TRL callback all come here.
+
+    ``reduction`` is ``None`` for a run with a scalar log only. The algorithm is detected (``--algo``, the logged
+    advantages, dynamic-weight columns); for a run read with default weights whose logged advantages match no
+    recomputation, the weights they imply are inferred and, given ``reduce_with`` (the rollouts reduced again
+    with other weights), the run is judged on that reduction; the aggregation column makes phases; then the
+    summary, the scalar log's share and the detectors.
+    """
+    options = plan.options
+    if reduction is None:
+        channels = scalars.channels if scalars is not None else ()
+        weights = resolve_weights(channels, dict(options.read.weights or {}), {})
+        series = empty_series(channels)
+        algorithm = detect_algorithm(series, options.algo)
+        device = "cpu" if options.device == "auto" else options.device
+        summary = scalar_only_summary(scalar_files, scalars, weights, algorithm=algorithm[0], device=device)
+    else:
+        algorithm = detect_algorithm(reduction.series, options.algo, reduction.dynamic_weight_channels)
+        reduction, algorithm, notes = _with_inferred_weights(reduction, algorithm, options, reduce_with)
+        algorithm, phases, phase_notes = aggregation_phases(reduction.step_labels or None, options.algo, algorithm)
+        series = reduction.series
+        summary = rollout_summary(reduction, algorithm=algorithm)
+        summary = replace(summary, phases=phases, warnings=summary.warnings + notes + phase_notes)
+    summary = with_scalar_log(summary, scalars, name=name, has_rollouts=reduction is not None)
     diagnosis = detect(summary, series, scalars, plan.config, plan.codes, started=started)
-    extra = collector.finish(diagnosis) if collector is not None else None
-    return ScanResult(diagnosis=diagnosis, inputs=run, extra=extra)
+    return Judged(diagnosis=diagnosis, reduction=reduction)
 
 
 def step_aggregation(reader: Any) -> dict[int, str] | None:
@@ -369,50 +449,59 @@ def aggregation_phases(
 
 INFERRED_WEIGHTS_SOURCE = "inferred from logged advantages"
 """``RunSummary.weights_source`` of a run rescanned with the weights its logged advantages imply."""
-_Reduction = tuple["ParquetRun", "RunSeries", tuple[str, str], "RunCollector | None"]
+INFERRED_WEIGHT_DIGITS = 6
+"""Significant digits an inferred weight is kept to: the fit pins a weight to about 1e-7 (float32 advantages), and
+a run that grows (``watch``, the callback) keeps the same weights from poll to poll, so its parts are reduced with
+them once."""
 
 
 def _with_inferred_weights(
-    run: RunInputs, options: ScanOptions, hooks: ScanHooks, first: _Reduction, device: str, executor: Executor | None
-) -> tuple[ParquetRun, RunSeries, tuple[str, str], RunCollector | None, tuple[str, ...]]:
-    """The reduction to summarise, and warning lines: a second pass with the weights the logged advantages imply.
+    reduction: RunReduction,
+    algorithm: tuple[str, str],
+    options: ScanOptions,
+    reduce_with: Callable[[dict[str, float]], RunReduction] | None,
+) -> tuple[RunReduction, tuple[str, str], tuple[str, ...]]:
+    """The reduction to judge, its algorithm, and warning lines: a second pass with the weights the logged
+    advantages imply.
 
     Only for a run read with default weights (no ``--weights``, none in the files) whose logged advantages
     match no recomputation: TRL keeps ``reward_weights`` only in training_args.bin. When
-    :func:`~collapse_doctor.judge.weights.weight_inference` finds other weights that reproduce the logged advantages,
-    the rollouts are reduced again with them (a new collector sees that pass) and the algorithm detected again;
+    :func:`~collapse_doctor.judge.weights.weight_inference` finds other weights that reproduce the logged
+    advantages, the rollouts are reduced again with them (``reduce_with``) and the algorithm detected again;
     every other run keeps its one pass.
     """
-    reader, series, algorithm, collector = first
-    sources = reader.weights_source.split(" + ")
-    if algorithm[0] != "unknown" or reader.columns.advantage is None or {"--weights", "file metadata"} & set(sources):
-        return reader, series, algorithm, collector, ()
-    found = weight_inference(series, reader.channels, reader.weights)
+    sources = reduction.weights_source.split(" + ")
+    if algorithm[0] != "unknown" or not reduction.logged_advantage or {"--weights", "file metadata"} & set(sources):
+        return reduction, algorithm, ()
+    found = weight_inference(reduction.series, reduction.channels, reduction.weights)
     fit = found.fit
-    if fit is None or all(abs(w - reader.weights[c]) <= 1e-6 for c, w in fit.weights.items()):
+    if fit is not None:
+        fit = replace(fit, weights={c: float(f"{w:.{INFERRED_WEIGHT_DIGITS}g}") for c, w in fit.weights.items()})
+    if fit is None or all(abs(w - reduction.weights[c]) <= 1e-6 for c, w in fit.weights.items()):
         tried = bool(found.residuals or found.unidentified)  # not for a run with one channel or no fit series
         notes = (f"channel weights not inferred from the logged advantages: {found.reason}",) if tried else ()
-        return reader, series, algorithm, collector, notes
+        return reduction, algorithm, notes
     shown = ", ".join(f"{c}={w:.4g}" for c, w in fit.weights.items())
-    read = replace(options.read, weights=fit.weights)
-    again = open_rollouts(run, read, check_rewards_first=False)
-    assert again is not None  # the run opened once already
-    fresh = hooks.collector(run, read) if hooks.collector is not None else None
-    collectors = [fresh] if fresh is not None else []
-    reweighed = reduce_rollouts(again, device, collectors=collectors, on_progress=hooks.on_progress, executor=executor)
-    detected = detect_algorithm(reweighed, options.algo, again.dynamic_weight_channels)
+    if reduce_with is None:
+        note = (
+            f"the logged advantages fit channel weights {shown} under {fit.algorithm.upper()}; pass the run's "
+            "reward_weights with --weights"
+        )
+        return reduction, algorithm, (note,)
+    again = reduce_with(fit.weights)
+    detected = detect_algorithm(again.series, options.algo, again.dynamic_weight_channels)
     if detected[0] == "unknown":  # right up to scale only (scale_rewards="none"): keep the configured weights
         note = (
             f"the logged advantages fit channel weights {shown} under {fit.algorithm.upper()} up to scale, but the "
             "recomputation with them still differs; pass the run's reward_weights with --weights"
         )
-        return reader, series, algorithm, collector, (note,)
-    again.weights_source = INFERRED_WEIGHTS_SOURCE
+        return reduction, algorithm, (note,)
     note = (
         f"channel weights inferred from the logged advantages: {shown} ({fit.algorithm.upper()} reproduces them "
         f"to {fit.residual:.0e} relative; the logs do not record reward_weights); --weights overrides"
     )
-    return again, reweighed, (detected[0], f"{detected[1]} with the inferred weights"), fresh, (note,)
+    again = replace(again, weights_source=INFERRED_WEIGHTS_SOURCE)
+    return again, (detected[0], f"{detected[1]} with the inferred weights"), (note,)
 
 
 def run_scan(plan: ScanPlan, hooks: ScanHooks | None = None) -> list[ScanResult]:

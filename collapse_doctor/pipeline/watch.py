@@ -50,6 +50,8 @@ class WatchState:
     """Per-step rollout files read so far (each once unless it changed)."""
     stuck_polls: int = 0
     """Polls in a row on which files were there, had not changed, and still could not be read."""
+    diagnoses: dict[str, Diagnosis] = field(default_factory=dict)
+    """The latest diagnosis of each run (by name; "" for a lone run): what ``scan`` of the same files says."""
 
     def summary(self) -> str:
         found = severity_counts(self.reported.values()) or "no findings"
@@ -151,6 +153,7 @@ def watch(
                 state.scans += 1
                 state.files_reduced = scanner.files_reduced
             for diagnosis in diagnoses:
+                state.diagnoses[diagnosis.run.name or ""] = diagnosis
                 state.last_step = diagnosis.run.last_step
                 state.scalar_points = diagnosis.run.scalar_points
                 for finding in diagnosis.findings:

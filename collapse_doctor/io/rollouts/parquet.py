@@ -18,7 +18,6 @@ from __future__ import annotations
 import copy
 from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +28,7 @@ import pyarrow.parquet as pq
 
 from collapse_doctor.core.batching import StackedChunk, chunk_steps, stack_chunk
 from collapse_doctor.core.errors import InputError, SchemaError
+from collapse_doctor.core.reduction import IngestNotes
 from collapse_doctor.core.schema import (
     GROUND_TRUTH_METADATA_KEY,
     GROUP_ID,
@@ -202,89 +202,6 @@ def _step_values(array: pa.Array, path: Path, column: str) -> np.ndarray:
             hint="pass --step-col with the column that holds the training step",
         )
     return values.astype(np.int64)
-
-
-@dataclass
-class IngestNotes:
-    """Counts behind the warnings (and the information) that reading a run may produce (never errors)."""
-
-    nan_rewards: Counter[str] = field(default_factory=Counter)
-    group_sizes: Counter[int] = field(default_factory=Counter)
-    duplicate_rows: int = 0
-    """Rows with the same step, group, prompt and completion text as another row: normal GRPO (a group's short
-    completions often coincide), so information, not a warning."""
-    ragged_blocks: int = 0
-    repeated_groups: int = 0
-    """Groups whose rows (prompt and completion, in order) repeat another group of the same step exactly: the same
-    rollouts read twice (a file given twice under two names), a warning."""
-    repeated_group_rows: int = 0
-    groups_checked: int = 0
-    """Groups the repeat check looked at (two or more rows with two or more different completions)."""
-    group_column_ignored: str | None = None
-    """The group column that ``--group-size`` overrode (its blocks win over the column)."""
-    later_reward_columns: dict[str, int] = field(default_factory=dict)
-    """Reward-like columns the first file lacks, with how many later files have them (not read)."""
-    files: int = 0
-    identical_files: list[tuple[str, str]] = field(default_factory=list)
-    """Input pairs with the same size and Parquet footer: most likely one file copied under two names."""
-
-    def add_counts(self, other: IngestNotes) -> None:
-        """Add the counts that reading pass 2 makes (of a shard of the same run) to these."""
-        self.nan_rewards.update(other.nan_rewards)
-        self.group_sizes.update(other.group_sizes)
-        for name in ("duplicate_rows", "ragged_blocks", "repeated_groups", "repeated_group_rows", "groups_checked"):
-            setattr(self, name, getattr(self, name) + getattr(other, name))
-
-    def warnings(self) -> list[str]:
-        out = [
-            f"reward/{channel}: {count} NaN value(s), kept as 'not applicable' (ignored by the baselines)"
-            for channel, count in sorted(self.nan_rewards.items())
-            if count
-        ]
-        if self.group_column_ignored:
-            out.append(
-                f"--group-size overrides the {self.group_column_ignored!r} column: groups are consecutive blocks of "
-                f"rows (pass --group-col {self.group_column_ignored} to use the column)"
-            )
-        for column, count in sorted(self.later_reward_columns.items()):
-            out.append(
-                f"{column!r} is in {count} of {self.files} files but not in the first one: not read (scan those "
-                "files on their own, or put the column in every file)"
-            )
-        for first, twin in self.identical_files:
-            out.append(f"{twin} has the same size and Parquet footer as {first}: the same file given twice?")
-        singletons = self.group_sizes.get(1, 0)
-        if singletons:
-            out.append(f"{singletons} group(s) of size 1: they carry no ranking signal (advantage 0)")
-        sizes = sorted(self.group_sizes)
-        if len(sizes) > 1:
-            common = self.group_sizes.most_common(1)[0][0]
-            odd = sum(n for size, n in self.group_sizes.items() if size != common)
-            out.append(
-                f"ragged group sizes: {odd} group(s) differ from the usual size {common} "
-                f"(sizes {sizes[0]}..{sizes[-1]})"
-            )
-        if self.ragged_blocks:
-            out.append(
-                f"{self.ragged_blocks} step(s) whose row count is not a multiple of --group-size: "
-                "their last block is a smaller group"
-            )
-        if self.repeated_groups:
-            out.append(
-                f"{self.repeated_groups} group(s) ({self.repeated_group_rows} rows) repeat an earlier group of the "
-                f"same step row for row (same prompt and completions in the same order; {self.groups_checked} "
-                "checked): the same rollouts given twice? (a file passed under two names)"
-            )
-        return out
-
-    def info(self) -> list[str]:
-        """What reading found that is normal and changes nothing (for the run summary, not its warnings)."""
-        if not self.duplicate_rows:
-            return []
-        return [
-            f"{self.duplicate_rows} duplicate row(s): same step, group and completion text as another row "
-            "(identical completions within a group; normal for short completions)"
-        ]
 
 
 class ParquetRun:

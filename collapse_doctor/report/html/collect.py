@@ -312,30 +312,20 @@ def read_example_groups(
     return tuple(sorted(found, key=lambda g: g.step))
 
 
-def _step_advantages(batch: RolloutBatch, weights: list[float]) -> tuple[np.ndarray, np.ndarray]:
-    """GRPO and GDPO advantages of one step's rows (float64): NumPy in the dense layout, else torch."""
-    from collapse_doctor.engine.stats.dense import DenseChunk, dense_layout
+def _step_advantages(
+    batch: RolloutBatch, channels: Sequence[str], weights: dict[str, float]
+) -> tuple[np.ndarray, np.ndarray]:
+    """GRPO and GDPO advantages of one step's rows (float64), by the scan's own engine."""
+    from collapse_doctor.core.batching import stack_chunk
+    from collapse_doctor.engine.reduce import row_advantages
 
-    step_index = np.zeros(batch.num_rows, dtype=np.int64)
-    g = dense_layout(batch.rewards, batch.group_index, batch.num_groups, step_index, 1)
-    if g is not None:
-        rows = DenseChunk.from_rows(batch.rewards, g, step_index, weights, 1).row_advantages()
-        return rows.grpo.astype(np.float64), rows.gdpo.astype(np.float64)
-    import torch
-
-    from collapse_doctor.engine.advantages import compute_advantages
-
-    # Arrays read zero-copy from Arrow are read-only; torch wants to own what it wraps.
-    rewards = torch.from_numpy(np.require(batch.rewards, requirements="W"))
-    group_index = torch.from_numpy(np.require(batch.group_index, requirements="W"))
-    adv = compute_advantages(rewards, group_index, weights=torch.tensor(weights, dtype=torch.float32))
-    return adv.grpo.double().numpy(), adv.gdpo.double().numpy()
+    return row_advantages(stack_chunk([batch]), channels, weights)
 
 
 def _pick_groups(
     batch: RolloutBatch, channels: Sequence[str], weights: dict[str, float], label: str, per_step: int
 ) -> list[ExampleGroup]:
-    grpo, gdpo = _step_advantages(batch, [weights[c] for c in channels])
+    grpo, gdpo = _step_advantages(batch, channels, weights)
     sizes = np.bincount(batch.group_index, minlength=batch.num_groups)
     gap = np.bincount(batch.group_index, weights=np.abs(grpo - gdpo), minlength=batch.num_groups)
     score = np.where(sizes >= 2, gap / np.maximum(sizes, 1), -1.0)

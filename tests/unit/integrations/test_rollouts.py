@@ -44,7 +44,10 @@ def test_parts_and_per_step_events(tmp_path: Path) -> None:
     assert scalars(tmp_path, "collapse_doctor/rel_gain/a") == [(s, 1.0) for s in range(7)]
     assert scalars(tmp_path, "collapse_doctor/rel_gain/b") == [(s, 1.0) for s in range(7)]
     assert m.series().steps.tolist() == list(range(7))
-    assert (m.totals.rollouts, m.totals.groups, m.totals.group_size_max) == (28, 14, 2)
+    merged = m.reduction()
+    assert merged is not None
+    assert (merged.rollouts, merged.groups, max(merged.notes.group_sizes)) == (28, 14, 2)
+    assert merged.weights_source == "file metadata", "read from the part's metadata, as scan reads it"
 
 
 def test_a_second_batch_of_a_step_joins_it(tmp_path: Path) -> None:
@@ -73,6 +76,7 @@ def test_a_resume_purges_the_later_events_and_rows(tmp_path: Path) -> None:
     again.close()
     rows = pq.read_table(tmp_path / "rollouts")
     assert np.bincount(rows["step"].to_numpy()).tolist() == [4] * 6, "no step twice"
+    assert again.series().steps.tolist() == list(range(6)), "the steps before the resume are judged too"
     weights = scalars(tmp_path, "collapse_doctor/weight/a")
     assert [s for s, _ in weights] == list(range(6)), "each step once, the purged session's later events dropped"
     # the project's own reader sees the SessionLog START of the resumed file and drops the first session's 3..5
