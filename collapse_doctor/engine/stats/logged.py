@@ -12,9 +12,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+import collapse_doctor.engine.stats.dense as dense_np
 from collapse_doctor.core.series import SERIES
 from collapse_doctor.engine.advantages import grpo_advantages
-from collapse_doctor.engine.stats import dense as dense_np
 from collapse_doctor.engine.stats.chunk import ChunkInput, GeneralChunk
 from collapse_doctor.engine.stats.dense import DenseChunk
 from collapse_doctor.engine.stats.kernels import ratio, segment_extreme, segment_sum

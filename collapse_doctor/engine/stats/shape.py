@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+import collapse_doctor.engine.stats.dense as dense_np
 from collapse_doctor.engine.advantages import Segments, centered_segments
-from collapse_doctor.engine.stats import dense as dense_np
 from collapse_doctor.engine.stats.chunk import GeneralChunk
 from collapse_doctor.engine.stats.dense import DenseChunk
 from collapse_doctor.engine.stats.kernels import segment_extreme, segment_sum, to_host

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from collapse_doctor.engine.stats import dense as dense_np
+import collapse_doctor.engine.stats.dense as dense_np
 from collapse_doctor.engine.stats.chunk import GeneralChunk
 from collapse_doctor.engine.stats.dense import DenseChunk
 from collapse_doctor.engine.stats.kernels import ratio, segment_extreme
