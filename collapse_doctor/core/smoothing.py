@@ -61,13 +61,17 @@ def _edge_medians(values: np.ndarray, half: int) -> np.ndarray:
     return out
 
 
-def rolling(values: np.ndarray, window: int, how: str = "median") -> np.ndarray:
+def rolling(values: np.ndarray, window: int, how: str = "median", *, cumulative: bool = False) -> np.ndarray:
     """Centred rolling median (or mean, ``how="mean"``) over ``window`` values (made odd), ignoring NaN.
 
     The window shrinks at the edges. Long NaN-free series (scalar logs hold millions of points) compute their
     interior with scipy's C filters and their edges exactly, with the same result; long windows of means use
     cumulative sums, and nothing materialises more than :data:`EXACT_BLOCK_VALUES` window values.
+    ``cumulative=True`` takes the cumulative sums for a mean at any length: a window's sum is then a difference
+    of running sums, which rounds differently (in the last bits) from summing the window's values.
 
+    >>> rolling(np.array([0.0, 3.0, 0.0, 3.0]), 3, how="mean", cumulative=True).tolist()
+    [1.5, 1.0, 2.0, 1.5]
     >>> rolling(np.array([1.0, 9.0, 1.0, 1.0, 1.0]), 3).tolist()
     [5.0, 1.0, 1.0, 1.0, 1.0]
     >>> rolling(np.array([1.0, np.nan, 3.0]), 3, how="mean").tolist()
@@ -78,7 +82,7 @@ def rolling(values: np.ndarray, window: int, how: str = "median") -> np.ndarray:
     n = len(data)
     if half == 0 or n == 0:
         return data.copy()
-    if how == "mean" and n * (2 * half + 1) > EXACT_BLOCK_VALUES:
+    if how == "mean" and (cumulative or n * (2 * half + 1) > EXACT_BLOCK_VALUES):
         return _rolling_mean_cumsum(data, half)
     if n < max(FAST_PATH_MIN, 4 * half + 2) or np.isnan(data).any():
         return _rolling_exact(data, half, how)

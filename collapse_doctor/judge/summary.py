@@ -15,8 +15,8 @@ import numpy as np
 
 from collapse_doctor.core import scalars as S
 from collapse_doctor.core.config import Config
-from collapse_doctor.core.reduction import RunReduction
 from collapse_doctor.core.numbers import nanmedian
+from collapse_doctor.core.reduction import RunReduction
 from collapse_doctor.core.result import RunSummary
 from collapse_doctor.core.scalars import ScalarSeries
 from collapse_doctor.core.series import RunSeries

@@ -23,7 +23,9 @@ from collapse_doctor.pipeline.watch import watch
 from tests.helpers.paths import ROOT, SAMPLE_LOGS
 
 CORPUS = ROOT / "tests" / "data" / "trl_corpus"
-RUNS = sorted(p for p in CORPUS.iterdir() if p.is_dir()) + sorted(p for p in SAMPLE_LOGS.iterdir() if p.name != "README.md")
+RUNS = sorted(p for p in CORPUS.iterdir() if p.is_dir()) + sorted(
+    p for p in SAMPLE_LOGS.iterdir() if p.name != "README.md"
+)
 PER_STEP = ("completions_*.parquet", "part-*.parquet")
 
 

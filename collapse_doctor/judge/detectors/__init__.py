@@ -1,6 +1,21 @@
 """The detector registry: importing this package registers every detector family."""
 
-from collapse_doctor.judge.detectors import channels, health, resolution, scalars, shape, signal, truncation
+from collapse_doctor.judge.detectors import (
+    advantage_scale,
+    channel_saturation,
+    channels,
+    clip_saturation,
+    entropy,
+    gradient_pathology,
+    kl_oscillation,
+    resolution,
+    reward_eval_divergence,
+    reward_plateau,
+    shape,
+    signal,
+    truncation,
+    zero_std_share,
+)
 from collapse_doctor.judge.detectors.base import (
     REGISTRY,
     DetectionContext,
@@ -17,13 +32,20 @@ __all__ = [
     "Detector",
     "Finding",
     "Severity",
+    "advantage_scale",
+    "channel_saturation",
     "channels",
+    "clip_saturation",
+    "entropy",
     "explain_sections",
-    "health",
+    "gradient_pathology",
+    "kl_oscillation",
     "register",
     "resolution",
-    "scalars",
+    "reward_eval_divergence",
+    "reward_plateau",
     "shape",
     "signal",
     "truncation",
+    "zero_std_share",
 ]

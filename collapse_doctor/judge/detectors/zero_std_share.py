@@ -1,0 +1,177 @@
+"""CD504: the share of rollouts with zero advantage, by the trainer's own zero-std count (scalar logs)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+import numpy as np
+
+from collapse_doctor.core import scalars as S
+from collapse_doctor.core.numbers import pct
+from collapse_doctor.core.smoothing import persistent_onset, rolling
+from collapse_doctor.judge.detectors.base import DetectionContext, Finding, Severity, register
+from collapse_doctor.judge.detectors.remedies import join_remedies
+from collapse_doctor.judge.detectors.scalar_base import (
+    MIN_POINTS,
+    ZERO,
+    ScalarDetector,
+    mean_within,
+    support,
+    tag_of,
+)
+
+ALL_FAIL_REMEDY = (
+    "all-fail (too hard or a broken reward): check the reward function on real completions, then easier prompts "
+    "or a curriculum, partial credit, or a higher num_generations"
+)
+ALL_PASS_REMEDY = (
+    "all-pass (learned): harder prompts, filter solved prompts (dynamic sampling), or drop or down-weight the "
+    "channel every completion passes"
+)
+CANCEL_REMEDY = (
+    "channels that cancel (two complementary checks summing to a constant): merge them into one graded reward or "
+    "give them unequal weights"
+)
+
+
+@register
+class ZeroStdShare(ScalarDetector):
+    """Most rollouts carry zero advantage, by the trainer's own zero-std count (scalar logs).
+
+    What it detects
+        The logged share of rollouts in groups whose rewards have zero standard deviation: TRL's
+        `frac_reward_zero_std`, NeMo-RL's `baseline_reward/pct_0 + pct_1` (in percent: all-fail and
+        all-pass prompts, for rewards in [0, 1]), or one minus OpenRLHF's `dynamic_filtering_pass_rate`
+        (groups its dynamic filter dropped). It fires when the share, averaged over twice the
+        persistence window, stays above a threshold. What TRL's number means depends on the aggregation:
+        under GRPO with per-group scaling it is the share of rows in zero-std groups (exact); under GDPO
+        (`normalize_then_sum`) and under batch-scaled GRPO (`scale_rewards="batch"`) TRL flags the whole
+        batch (every rollout or none), so a logged point is the share of the step's generation batches in
+        which every fused reward was equal, and the share over the stretch is a lower bound on the
+        rollouts with zero advantage (a 0 says nothing about single groups). The run's aggregation comes
+        from the rollouts or `--algo`; a scalar-only run is read as GRPO, and a series that only takes the
+        values 0 and 1 is read as a whole-batch flag whatever the aggregation.
+
+    Why it matters
+        A rollout whose group has zero reward spread has an advantage of exactly 0 and gives no gradient.
+        When most of the batch is like that the effective batch is a handful of prompts: updates get
+        noisy and the run stalls while the loss curve looks normal (critical above `critical_share`).
+        The fix depends on why the groups are silent, and it is opposite for the two main causes:
+        all-fail groups are too hard or a broken reward, all-pass groups are learned; with several
+        channels a constant sum can also be channels that cancel. NeMo-RL logs the all-fail / all-pass
+        split; TRL and OpenRLHF do not (the finding says so). OpenRLHF drops the filtered groups and samples
+        others, so there the cost is generation spent on groups that never train (a warning at most).
+        This is the scalar-log view of CD102.
+
+    Evidence
+        The series and its raw tag(s), how it was read (share of groups, whole-batch flag, filtered
+        groups), the share over the stretch and its peak, the all-fail and all-pass shares when logged,
+        and the points they rest on.
+
+    Remedy
+        All-fail: check the reward function on real completions, then easier prompts or a curriculum,
+        partial credit, or a higher num_generations. All-pass: harder prompts, filter solved prompts
+        (dynamic sampling), or drop or down-weight the channel every completion passes. With the split
+        unknown, scan the completions (TRL's completions parquet) to tell which. Channels that cancel:
+        merge them into one graded reward or give them unequal weights.
+    """
+
+    code = "CD504"
+    name = "zero-std group share"
+    default_severity = Severity.WARNING
+    thresholds: ClassVar[Mapping[str, float]] = {"warn_share": 0.5, "critical_share": 0.8, "min_points": MIN_POINTS}
+
+    def detect(self, ctx: DetectionContext) -> list[Finding]:
+        found = self.series(ctx, S.ZERO_STD_SHARE)
+        if found is None:
+            return []
+        values, steps = found.values, found.steps
+        persist = self.persistence(ctx, len(values))
+        share = rolling(values, 2 * persist + 1, how="mean")
+        stretch = persistent_onset(share > ctx.threshold(self.code, "warn_share"), persist)
+        if stretch is None:
+            return []
+        assert ctx.scalars is not None
+        tag = tag_of(ctx, S.ZERO_STD_SHARE)
+        part = ctx.window(stretch)
+        level = float(np.nanmean(values[part]))
+        peak = float(np.nanmax(values[part]))
+        span = f"steps {int(steps[stretch[0]])}-{int(steps[stretch[1]])}, {stretch[1] - stretch[0] + 1} points"
+        reading = self._reading(ctx, values)
+        evidence: dict[str, Any] = {"tag": tag, "reading": reading, "share": level, "peak_share": peak}
+        evidence |= support(len(found.steps), stretch)
+        critical = level > ctx.threshold(self.code, "critical_share")
+        if reading == "filtered":
+            severity = Severity.WARNING
+            title = "most generated groups are filtered out"
+            message = (
+                f"{pct(level)} of the generated groups were dropped by dynamic filtering ({span}, from `{tag}`): "
+                "their mean reward fell outside the kept range, so generation is spent on groups that never train."
+            )
+        elif reading == "batch":
+            severity = Severity.CRITICAL if critical else Severity.WARNING
+            title = "whole batches give no gradient"
+            message = (
+                f"in {pct(level)} of the generation batches every rollout had zero advantage ({span}, from `{tag}`, "
+                "which TRL computes over the whole batch under GDPO or batch scaling): at least that share of "
+                "the rollouts gave no gradient; the log does not count single silent groups."
+            )
+        else:
+            severity = Severity.CRITICAL if critical else Severity.WARNING
+            title = "most rollouts give no gradient"
+            message = (
+                f"{pct(level)} of rollouts were in groups with identical rewards for every completion ({span}, "
+                f"from `{tag}`): their advantages are exactly 0."
+            )
+        split = self._split(ctx, steps[stretch[0]], steps[stretch[1]])
+        if split is not None:
+            fail, ok = split
+            evidence |= {"all_fail_share": fail, "all_pass_share": ok}
+            message += f" All-fail: {pct(fail)}, all-pass: {pct(ok)}."
+            remedy = join_remedies(
+                ALL_FAIL_REMEDY if fail >= 0.1 or fail >= ok else None,
+                ALL_PASS_REMEDY if ok >= 0.1 or ok > fail else None,
+            )
+        else:
+            several = len(ctx.scalars.channels) > 1
+            causes = "all-pass or all-fail" + (", or channels that cancel in the sum" if several else "")
+            message += f" The log does not say whether they are {causes} (the fixes differ): scan the completions."
+            remedy = join_remedies(
+                ALL_FAIL_REMEDY,
+                ALL_PASS_REMEDY,
+                CANCEL_REMEDY if several else None,
+                "scan the completions to tell which applies",
+            )
+        return [
+            self.finding(
+                ctx,
+                stretch,
+                steps=steps,
+                severity=severity,
+                title=title,
+                message=message,
+                evidence=evidence,
+                remedy=remedy,
+            )
+        ]
+
+    @staticmethod
+    def _reading(ctx: DetectionContext, values: np.ndarray) -> str:
+        """``groups`` (share of rows in zero-std groups), ``batch`` (TRL's whole-batch flag) or ``filtered``."""
+        assert ctx.scalars is not None
+        tag = tag_of(ctx, S.ZERO_STD_SHARE)
+        if tag.startswith("1 - "):
+            return "filtered"
+        if ctx.scalars.framework != "trl" or tag != "train/frac_reward_zero_std":
+            return "groups"
+        finite = values[np.isfinite(values)]
+        flags = bool(len(finite)) and bool(np.all((np.abs(finite) < ZERO) | (np.abs(finite - 1) < ZERO)))
+        return "batch" if ctx.algorithm == "gdpo" or flags else "groups"
+
+    def _split(self, ctx: DetectionContext, first: int, last: int) -> tuple[float, float] | None:
+        fail = mean_within(self.optional(ctx, S.PCT_ALL_FAIL), first, last)
+        ok = mean_within(self.optional(ctx, S.PCT_ALL_PASS), first, last)
+        if fail is None or ok is None:
+            return None
+        return fail / 100.0, ok / 100.0
