@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from collapse_doctor.cli import app as cli
+from collapse_doctor.cli import options as cli
+from collapse_doctor.cli import scan as scan_command
 from collapse_doctor.cli.app import app
 from collapse_doctor.core.options import ReadOptions, ScanOptions
 from tests.helpers.scalar_runs import collapsed_series, trl_series, write_events
@@ -97,7 +98,7 @@ def test_the_command_gets_one_scan_options(monkeypatch: pytest.MonkeyPatch, tmp_
         seen.append(options)
         return 0, []
 
-    monkeypatch.setattr(cli, "_scan", fake_scan)
+    monkeypatch.setattr(scan_command, "scan_and_write", fake_scan)
     config = tmp_path / "c.toml"
     args = ["--weights", "a=1, b=0.5", "--algo", "grpo", "--fail-on", "critical", "--config", str(config)]
     args += ["--only", "CD1,CD301", "--ignore", "CD402", "--device", "cpu", "--step-col", "s", "--group-col", "g"]

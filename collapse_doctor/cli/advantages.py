@@ -1,0 +1,57 @@
+"""``collapse-doctor advantages``: recompute GRPO and GDPO advantages into a Parquet file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from collapse_doctor.cli.common import DelayedProgress, err
+from collapse_doctor.cli.options import INPUT, SCALE, RunPathsArgument, shared_options
+from collapse_doctor.core.options import ScanOptions
+
+
+@shared_options(INPUT, SCALE)
+def advantages(
+    paths: RunPathsArgument,
+    output: Annotated[Path, typer.Option("-o", "--output", help="Output Parquet file.")],
+    convention: Annotated[str, typer.Option("--convention", help="trl, verl or paper.")] = "trl",
+    scale: Annotated[
+        str | None,
+        typer.Option("--scale", help="GRPO scaling: group, batch or none (default: what the logged advantages match)."),
+    ] = None,
+    *,
+    options: ScanOptions,
+) -> None:
+    """Recompute GRPO and GDPO advantages of every rollout and write them to a Parquet file.
+
+    The output has the input rows in input order: step, group_id, any prompt/completion/advantage
+    columns, reward/<channel>, adv/grpo, adv/gdpo and adv/<channel> (per-channel group z-scores).
+    """
+    from collapse_doctor.pipeline.export import export_advantages
+
+    with DelayedProgress("recomputing advantages") as progress:
+        summary = export_advantages(
+            paths,
+            output,
+            convention=convention,
+            scale=scale,
+            on_progress=progress,
+            device=options.device,
+            ray=options.ray,
+            **options.read.reader_kwargs(),
+        )
+    from collapse_doctor.core.text_safety import printable
+    from collapse_doctor.io.storage.atomic import is_stdout
+
+    for warning in summary.warnings:
+        err(f"warning: {printable(warning)}")
+    channels = ", ".join(f"{printable(c)} (w={summary.weights[c]:g})" for c in summary.channels)
+    # With `-o -` the Parquet file is on stdout: the summary goes to stderr.
+    typer.echo(
+        f"wrote {printable(summary.output)}: {summary.rows:,} rows, {summary.steps:,} steps; channels {channels}; "
+        f"convention {summary.convention}, scale {summary.scale} ({printable(summary.scale_source)}), "
+        f"device {summary.device}, {summary.seconds:.1f} s",
+        err=is_stdout(output),
+    )
