@@ -292,7 +292,7 @@ def _findings(console: Console, diagnosis: Diagnosis, *, json_written: bool) -> 
         if finding.gdpo_resolves is not None:
             answer = "yes" if finding.gdpo_resolves else "no"
             console.print(_indented(console, f"{diagnosis.counterfactual_of(finding)} would resolve it: {answer}"))
-    if not json_written and any(FROM_SCAN in (f.remedy or "") for f in diagnosis.findings):
+    if not json_written and any(f.actions for f in diagnosis.findings):
         console.print(
             _indented(console, f"(`{FROM_SCAN}` reads this scan's JSON: add `--json scan.json` to this scan)"),
             style="dim",

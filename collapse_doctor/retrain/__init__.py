@@ -7,7 +7,7 @@
 ``data``       JSONL/Parquet prompt datasets
 ``demo``       the ``--demo`` tiny model, tokenizer and tasks (digit copy, sums; built in code)
 ``plan``       options -> plan -> TRL ``GRPOConfig``; ``--output-dir`` and hub-id checks
-``from_scan``  ``--from-scan``: a scan's remedies resolved into one set of changes (weights, drops, recipes)
+``from_scan``  ``--from-scan``: a scan's remedy actions resolved into one set of changes (weights, drops, recipes)
 ``schedule``   the recipe keys (temperature schedule, hybrid switch, channel starts, conditions, std clip)
 ``recipes``    the advantages a schedule implies, step by step (the seam's ``advantage_transform``)
 ``recipe_callback``  the on-finding hybrid switch and the schedule's checkpointed state

@@ -1,40 +1,51 @@
-"""``--from-scan``: a scan's remedies as one resolved set of changes, each printed with the finding behind it.
+"""``--from-scan``: a scan's remedy actions as one resolved set of changes, each printed with the finding behind it.
 
-What is applied (to the channels given with ``--reward``):
+A finding carries its remedy twice: in words (``remedy``, for people) and as typed actions (``actions``,
+:class:`collapse_doctor.core.findings.Action`). Only the actions are read here; rewording a remedy changes nothing
+retrain does. What is applied (to the channels given with ``--reward``):
 
-- a channel a finding says to drop (CD401, "drop `x`") leaves the rewards (never the last one);
-- suggested weights (``--weights name=w`` in a remedy: CD101, CD402). When findings disagree about a channel,
-  the rule is: the finding of **highest severity** wins, then the **most specific** (the one naming the fewest
-  channels), then the one listed first. Every overruled suggestion is printed with why. A weight suggested for a
-  channel at its floor (CD101, never rewarded) is overruled: a channel constant within its groups adds no
+- ``drop``: the channel leaves the rewards (never the last one; CD401 names the collinear channel to drop);
+- ``weight``: suggested weights (CD402). When findings disagree about a channel, the rule is: the finding of
+  **highest severity** wins, then the **most specific** (the one naming the fewest channels), then the one listed
+  first. Every overruled suggestion is printed with why. A weight suggested for a channel at its floor (CD101
+  evidence ``state = floor``, never rewarded) is overruled: a channel constant within its groups adds no
   advantage, so its weight changes nothing; the line says what would (a curriculum, or ``channel_start``);
-- recipes (:mod:`collapse_doctor.retrain.schedule`) where the math supports them: a channel drowning the
-  objective (CD402: `x` drowns `y`) is conditioned on it (``condition = {x = "y >= 1"}``: it counts only where
-  the objective passes, so it cannot be farmed while the objective fails; 1 is a binary verifier's pass value;
-  not when `y` is at its ceiling by the end of the scan: a channel earned almost everywhere gates nothing);
-  a GRPO run whose CD402 began in the first half of the run gets ``hybrid_switch = "on-finding:CD402@<level>"``
-  (summed rewards until the monitor sees it, then GDPO);
-- a finding whose counterfactual says GDPO resolves it makes ``gdpo`` the algorithm (when nothing chose one).
+- ``condition`` and ``recipe`` (:mod:`collapse_doctor.retrain.schedule`): the scan chooses them where the math
+  supports them (CD402: `x` drowns `y` conditions `x` on `y`, ``condition = {x = "y >= 1"}``, unless `y` is at
+  its ceiling by the end; a GRPO run whose CD402 began in the first half of the run gets
+  ``hybrid_switch = "on-finding:CD402@<level>"``); here they are checked against the ``--reward`` channels (one
+  condition per channel) and applied (``hybrid_switch``, ``channel_start``; another key is reported, not applied);
+- ``aggregation``, and a finding whose counterfactual says GDPO resolves it (``gdpo_resolves``), make that the
+  algorithm (when nothing chose one);
+- ``trainer_setting``: printed (what to change in one's own trainer), not applied.
 
-A scan of several runs (``{"runs": [...]}``) needs ``--from-scan-run NAME`` (a run's source, or its directory
-name); without it the error lists the names.
+A finding of a phase before a hybrid switch (``judged_under`` in its evidence) is history: not applied. A scan
+written before findings carried actions is refused with a line saying so (re-run ``scan``). A scan of several runs
+(``{"runs": [...]}``) needs ``--from-scan-run NAME`` (a run's source, or its directory name); without it the error
+lists the names.
 """
 
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from collapse_doctor.core.errors import InputError, UsageError
-from collapse_doctor.core.findings import Severity
+from collapse_doctor.core.errors import CollapseDoctorError, InputError, UsageError
+from collapse_doctor.core.findings import (
+    Action,
+    ChangeSetting,
+    ConditionChannel,
+    DropChannel,
+    SetAggregation,
+    SetRecipe,
+    SetWeight,
+    Severity,
+)
 from collapse_doctor.retrain.rewards import RewardSpec
-from collapse_doctor.retrain.schedule import Condition, HybridSwitch
+from collapse_doctor.retrain.schedule import Condition, HybridSwitch, parse_channel_start, parse_hybrid_switch
 
-_DROP = re.compile(r"drop `([^`]+)`")
-_WEIGHT = re.compile(r"--weights ([A-Za-z_][\w.-]*)=([0-9.eE+-]+)")
 _HINT = "write one with collapse-doctor scan RUN --json"
 
 
@@ -48,6 +59,9 @@ class ScanAdvice:
     wants_gdpo: bool = False
     conditions: list[Condition] = field(default_factory=list)
     hybrid: HybridSwitch | None = None
+    channel_start: dict[str, int] = field(default_factory=dict)
+    algorithm: str | None = None
+    """The aggregation an ``aggregation`` action names (that of the most severe finding, then the first)."""
 
 
 @dataclass(frozen=True)
@@ -138,10 +152,26 @@ def _severity(finding: dict[str, Any]) -> Severity:
         return Severity.INFO
 
 
+def _actions(path: str | Path, finding: dict[str, Any]) -> list[Action]:
+    """A finding's actions; a finding without them was written by an older collapse-doctor."""
+    code = str(finding.get("code", "?"))
+    raw = finding.get("actions")
+    if not isinstance(raw, list):
+        raise InputError(
+            f"{path}: finding {code} has no 'actions' (what --from-scan applies): the scan was written by an older "
+            "collapse-doctor",
+            hint="re-run collapse-doctor scan RUN --json scan.json",
+        )
+    try:
+        return [Action.from_dict(a) for a in raw]
+    except CollapseDoctorError as exc:
+        raise InputError(f"{path}: finding {code}: {exc.message}", hint=exc.hint) from None
+
+
 def scan_advice(
     path: str | Path, rewards: list[RewardSpec], weights: dict[str, float], run_name: str | None = None
 ) -> ScanAdvice:
-    """Resolve a scan's remedies against the rewards (see the module docstring for the rules)."""
+    """Resolve a scan's remedy actions against the rewards (see the module docstring for the rules)."""
     data = read_scan(path, run_name)
     findings: list[dict[str, Any]] = data["findings"]
     summary = _dict(data.get("run"))
@@ -149,12 +179,10 @@ def scan_advice(
     names = {r.name for r in rewards}
     floors: dict[str, str] = {}
     suggestions: list[_Suggestion] = []
-    states = {
-        str(c.get("channel")): str(c.get("state") or "") for c in data.get("channels") or [] if isinstance(c, dict)
-    }
+    algorithms: list[tuple[tuple[int, int], str]] = []
     for order, finding in enumerate(findings):
         code = str(finding.get("code", "?"))
-        remedy = str(finding.get("remedy") or "")
+        actions = _actions(path, finding)
         channels = [str(c) for c in finding.get("channels") or []]
         evidence = _dict(finding.get("evidence"))
         if "judged_under" in evidence and finding.get("severity") != "error":
@@ -164,66 +192,82 @@ def scan_advice(
             continue
         # Only where the scan's own counterfactual says GDPO's advantages would not show the problem.
         advice.wants_gdpo = advice.wants_gdpo or finding.get("gdpo_resolves") is True
-        for channel in _DROP.findall(remedy):
-            if channel not in names:
-                advice.changes.append(f"{code}: would drop `{channel}`, which is not among --reward; ignored")
-            elif len(advice.rewards) > 1:
-                advice.rewards = [r for r in advice.rewards if r.name != channel]
-                names.discard(channel)
-                advice.weights.pop(channel, None)
-                advice.changes.append(f"{code}: dropped channel `{channel}` ({finding.get('title', '')})")
         if code == "CD101" and evidence.get("state") == "floor":
             floors.update({c: code for c in channels})
-        for channel, value in _WEIGHT.findall(remedy):
-            try:
-                weight = float(value.rstrip("."))
-            except ValueError:
-                continue
-            if channel in names:
-                suggestions.append(_Suggestion(channel, weight, code, _severity(finding), len(channels), order))
-        if code == "CD402":
-            _cd402_recipes(advice, finding, channels, evidence, names, summary, states)
+        severity = _severity(finding)
+        for action in actions:
+            if isinstance(action, DropChannel):
+                _drop(advice, action.channel, code, str(finding.get("title", "")), names)
+            elif isinstance(action, SetWeight):
+                if action.channel in names:
+                    suggestions.append(
+                        _Suggestion(action.channel, float(action.weight), code, severity, len(channels), order)
+                    )
+            elif isinstance(action, SetAggregation):
+                algorithms.append(((-int(severity), order), action.algorithm))
+                advice.wants_gdpo = advice.wants_gdpo or action.algorithm == "gdpo"
+            elif isinstance(action, ConditionChannel):
+                _condition(advice, action, code, names)
+            elif isinstance(action, SetRecipe):
+                _recipe(advice, action, code, finding, summary, f"{path}: {code}")
+            elif isinstance(action, ChangeSetting):
+                advice.changes.append(f"{code}: {action.describe()} (a trainer setting: not changed by --from-scan)")
+    advice.algorithm = min(algorithms)[1] if algorithms else None
     _resolve_weights(advice, suggestions, floors)
     if not advice.changes:
         advice.changes.append(f"{Path(path).name}: no channel or weight change ({data.get('verdict', '?')})")
     return advice
 
 
-def _cd402_recipes(
-    advice: ScanAdvice,
-    finding: dict[str, Any],
-    channels: list[str],
-    evidence: dict[str, Any],
-    names: set[str],
-    summary: dict[str, Any],
-    states: dict[str, str],
-) -> None:
-    if not channels:
+def _drop(advice: ScanAdvice, channel: str, code: str, title: str, names: set[str]) -> None:
+    if channel not in names:
+        advice.changes.append(f"{code}: would drop `{channel}`, which is not among --reward; ignored")
+    elif len(advice.rewards) > 1:
+        advice.rewards = [r for r in advice.rewards if r.name != channel]
+        names.discard(channel)
+        advice.weights.pop(channel, None)
+        advice.changes.append(f"{code}: dropped channel `{channel}` ({title})")
+
+
+def _condition(advice: ScanAdvice, action: ConditionChannel, code: str, names: set[str]) -> None:
+    loud, objective = action.channel, action.objective
+    missing = [c for c in (loud, objective) if c not in names]
+    if missing:
+        which = ", ".join(f"`{c}`" for c in missing)
+        advice.changes.append(f"{code}: would {action.describe()}, but {which} is not among --reward; ignored")
         return
-    loud = channels[0]
-    drowned = [str(c) for c in evidence.get("drowned_channels") or channels[1:]]
-    objective = next((c for c in drowned if c in names and c != loud), None)
-    if objective is not None and states.get(objective) == "ceiling":
-        # A channel earned almost everywhere is not an objective that fails: a condition on it gates nothing.
+    if any(c.channel == loud for c in advice.conditions):
+        return
+    advice.conditions.append(Condition(loud, objective, action.op, float(action.threshold)))
+    advice.changes.append(
+        f"{code}: condition `{loud}` on `{objective}` {action.op} {action.threshold:g} (`{loud}` drowns `{objective}`: "
+        f"it now counts only where `{objective}` passes, so it cannot be farmed while the objective fails)"
+    )
+
+
+def _recipe(
+    advice: ScanAdvice, action: SetRecipe, code: str, finding: dict[str, Any], summary: dict[str, Any], source: str
+) -> None:
+    if action.key == "hybrid_switch":
+        if advice.hybrid is not None:
+            return
+        advice.hybrid = parse_hybrid_switch(action.value, source)
+        onset, steps = finding.get("onset_step"), summary.get("steps")
         advice.changes.append(
-            f"CD402: `{loud}` drowns `{objective}`, but `{objective}` is at its ceiling by the end: not conditioned"
+            f"{code}: hybrid_switch {action.value} (the GRPO run showed it at step {onset} of {steps}: summed "
+            "rewards while the channels agree, GDPO from when one drowns another)"
         )
-        objective = None
-    if loud in names and objective is not None and all(c.channel != loud for c in advice.conditions):
-        advice.conditions.append(Condition(loud, objective, ">=", 1.0))
-        advice.changes.append(
-            f"CD402: condition `{loud}` on `{objective}` >= 1 (`{loud}` drowns `{objective}`: it now counts only "
-            f"where `{objective}` passes, so it cannot be farmed while the objective fails)"
-        )
-    onset, steps = finding.get("onset_step"), summary.get("steps")
-    early = isinstance(onset, int) and isinstance(steps, int) and steps > 0 and onset <= steps // 2
-    if summary.get("algorithm") == "grpo" and early and advice.hybrid is None:
-        severity = _severity(finding)
-        advice.hybrid = HybridSwitch(code="CD402", severity=severity)
-        advice.changes.append(
-            f"CD402: hybrid_switch on-finding:CD402@{severity.label} (the GRPO run showed it at step {onset} of "
-            f"{steps}: summed rewards while the channels agree, GDPO from when one drowns another)"
-        )
+    elif action.key == "channel_start":
+        starts = parse_channel_start(action.value, source)
+        ignored = sorted(c for c in starts if c not in {r.name for r in advice.rewards})
+        kept = {c: s for c, s in starts.items() if c not in ignored and c not in advice.channel_start}
+        advice.channel_start.update(kept)
+        if kept:
+            advice.changes.append(f"{code}: channel_start {', '.join(f'{c} = {s}' for c, s in kept.items())}")
+        if ignored:
+            advice.changes.append(f"{code}: channel_start for {', '.join(ignored)}, not among --reward; ignored")
+    else:
+        advice.changes.append(f"{code}: {action.describe()}: not a recipe --from-scan applies; set it in --config")
 
 
 def _resolve_weights(advice: ScanAdvice, suggestions: list[_Suggestion], floors: dict[str, str]) -> None:

@@ -281,9 +281,9 @@ def build_plan(options: RetrainOptions) -> RetrainPlan:
         settings, recipe_changes = _scan_recipes(settings, advice, {r.name for r in specs})
         changes.extend(recipe_changes)
         wants_gdpo = advice.wants_gdpo or settings.hybrid_switch is not None
-        if wants_gdpo and algo_flag is None and settings.reward_mode is None:
-            algo_flag = "gdpo"
-            changes.append("algorithm gdpo (the scan recommends GDPO)")
+        if (wants_gdpo or advice.algorithm) and algo_flag is None and settings.reward_mode is None:
+            algo_flag = advice.algorithm or "gdpo"
+            changes.append(f"algorithm {algo_flag} (the scan recommends {algo_flag.upper()})")
     algo = resolve_algorithm(algo_flag, settings)
     max_steps = options.max_steps or (DEMO_MAX_STEPS if options.demo else 500)
     completion = options.max_completion_length or (DEMO_COMPLETION_TOKENS if options.demo else 256)
@@ -327,6 +327,12 @@ def _scan_recipes(settings: RetrainSettings, advice: Any, channels: set[str]) ->
             lines.append(f"kept --config's hybrid_switch ({settings.hybrid_switch})")
         else:
             settings = dataclasses.replace(settings, hybrid_switch=advice.hybrid)
+    starts = {c: s for c, s in advice.channel_start.items() if c in channels}
+    if starts:
+        if settings.channel_start:
+            lines.append("kept --config's channel_start (the scan's is not applied)")
+        else:
+            settings = dataclasses.replace(settings, channel_start=starts)
     return settings, lines
 
 

@@ -241,6 +241,7 @@ def scan_json(tmp_path: Path) -> Path:
             "title": "`correct` and `judge` are collinear",
             "remedy": "drop `judge`: it repeats `correct`, rho=0.97 (collapse-doctor retrain --from-scan scan.json "
             "drops it), or merge the two into one channel",
+            "actions": [{"kind": "drop", "channel": "judge"}],
             "gdpo_resolves": False,
         },
         {
@@ -248,6 +249,10 @@ def scan_json(tmp_path: Path) -> Path:
             "title": "`format` no longer ranks samples",
             "remedy": "lower `format`'s weight (e.g. retrain --weights format=0.1) or drop it, make the check "
             "harder, or switch to GDPO: collapse-doctor retrain --algo gdpo --from-scan scan.json",
+            "actions": [
+                {"kind": "weight", "channel": "format", "weight": 0.1},
+                {"kind": "aggregation", "algorithm": "gdpo"},
+            ],
             "gdpo_resolves": True,
         },
     ]
@@ -267,7 +272,7 @@ def test_from_scan_drops_and_reweights(tmp_path: Path) -> None:
 
 
 def test_from_scan_reads_the_remedies_scan_writes() -> None:
-    """The golden scans' remedy texts are what --from-scan parses: a wording change must keep them applicable."""
+    """The golden scans' actions are what --from-scan applies (their remedy texts word the same actions)."""
     golden = GOLDEN / "scan"
     specs = parse_rewards(["correct=exact_match", "verifier=exact_match", "style=length_limit"])
     rewards, _, changes, wants_gdpo = apply_scan(golden / "collinear.json", specs, {s.name: 1.0 for s in specs})

@@ -14,7 +14,7 @@ from collapse_doctor.core.numbers import pct
 from collapse_doctor.core.scalars import TagPoints
 from collapse_doctor.core.smoothing import persistent_onset
 from collapse_doctor.judge.detectors.base import DetectionContext, Finding, Severity, register
-from collapse_doctor.judge.detectors.remedies import nanmedian
+from collapse_doctor.judge.detectors.remedies import HOTTER, MORE_GENERATIONS, Remedy, nanmedian
 from collapse_doctor.judge.detectors.scalar_base import (
     MIN_POINTS,
     ZERO,
@@ -140,7 +140,9 @@ class AdvantageStdShift(ScalarDetector):
                     " the batch's rewards spread several times wider than early in the run without a reward gain"
                     " (outlier rewards, or a channel with a wide range)."
                 )
-            remedy = "clip or squash the reward channel with outliers, and look at the groups of the spike's steps"
+            remedy: str | Remedy = (
+                "clip or squash the reward channel with outliers, and look at the groups of the spike's steps"
+            )
         else:
             exact_zero = tail <= ZERO * early
             if advantage:
@@ -161,9 +163,10 @@ class AdvantageStdShift(ScalarDetector):
                 )
             narrows = f"{label} narrows as the reward rises"
             title = f"{label} collapses toward 0" if severity > Severity.INFO else narrows
-            remedy = (
-                "filter all-pass/all-fail prompts (dynamic sampling), raise num_generations or the "
-                "temperature, or add a graded reward; scan the rollouts to find the saturated channel"
+            remedy = Remedy(
+                f"filter all-pass/all-fail prompts (dynamic sampling), raise {MORE_GENERATIONS.trl} or the "
+                f"{HOTTER.trl}, or add a graded reward; scan the rollouts to find the saturated channel",
+                (MORE_GENERATIONS, HOTTER),
             )
         return self.finding(
             ctx,

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import numpy as np
 
 from collapse_doctor.core.errors import UsageError
-from collapse_doctor.core.findings import Finding, Severity, severity_counts
+from collapse_doctor.core.findings import Finding, Remedy, Severity, severity_counts
 from collapse_doctor.core.smoothing import persistent_onset, rolling
 
 if TYPE_CHECKING:
@@ -148,15 +148,20 @@ class Detector:
         title: str,
         message: str,
         steps: np.ndarray | None = None,
+        remedy: str | Remedy = "",
         **rest: Any,
     ) -> Finding:
         """A finding of this detector whose onset and step range come from a sustained stretch.
 
         ``stretch`` indexes ``steps``: the run's per-step series by default, or the steps of one scalar
-        series (CD5xx, whose tags are logged at their own rates).
+        series (CD5xx, whose tags are logged at their own rates). A :class:`Remedy` gives the finding its words
+        and its actions together.
         """
         if steps is None:
             steps = ctx.series.steps
+        if isinstance(remedy, Remedy):
+            rest["actions"] = remedy.actions
+            remedy = remedy.text
         return Finding(
             code=self.code,
             severity=severity,
@@ -164,6 +169,7 @@ class Detector:
             message=message,
             onset_step=int(steps[stretch[0]]),
             step_range=(int(steps[stretch[0]]), int(steps[stretch[1]])),
+            remedy=remedy,
             **rest,
         )
 

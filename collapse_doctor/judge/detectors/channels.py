@@ -7,7 +7,9 @@ from typing import ClassVar
 
 import numpy as np
 
+from collapse_doctor.core.findings import ConditionChannel, DropChannel, Remedy, SetRecipe, SetWeight
 from collapse_doctor.core.smoothing import ratio_to_running_peak
+from collapse_doctor.judge.budget import applies_share, channel_extreme_shares
 from collapse_doctor.judge.detectors.base import (
     DetectionContext,
     Detector,
@@ -20,11 +22,11 @@ from collapse_doctor.judge.detectors.base import (
 from collapse_doctor.judge.detectors.remedies import (
     FROM_SCAN,
     gdpo_counterfactual,
-    join_remedies,
     nanmedian,
     share_pct,
     switch_remedy,
 )
+from collapse_doctor.judge.summary import STATE_SHARE
 
 
 def variance_inflation(corr: np.ndarray) -> np.ndarray:
@@ -117,9 +119,11 @@ class Collinearity(Detector):
             if median > 0:
                 title = f"`{a}` and `{b}` are collinear"
                 meaning = "they rank completions the same way, so the shared signal counts twice"
-                remedy = (
-                    f"drop `{drop}`: it repeats `{keep}`, rho={median:.2f} (collapse-doctor retrain {FROM_SCAN} "
-                    "drops it), or merge the two into one channel"
+                dropped = DropChannel(drop)
+                remedy: str | Remedy = Remedy(
+                    f"{dropped.describe()}: it repeats `{keep}`, rho={median:.2f} (collapse-doctor retrain "
+                    f"{FROM_SCAN} drops it), or merge the two into one channel",
+                    (dropped,),
                 )
             else:
                 title = f"`{a}` and `{b}` cancel each other"
@@ -195,7 +199,11 @@ class DominantChannel(Detector):
         `collapse-doctor retrain --algo gdpo --from-scan scan.json` (written by `scan RUN --json
         scan.json`) trains GDPO with the weights the findings suggest; with your own TRL trainer set
         `multi_objective_aggregation="normalize_then_sum"`. A run that already is GDPO is pointed to
-        `--algo gdpo-dynamic`.
+        `--algo gdpo-dynamic`. Gate the dominant channel on the objective it drowns (`condition = {x =
+        "y >= 1"}`: it counts only where `y` passes, so it cannot be farmed while `y` fails; not when `y`
+        is at its ceiling by the end, where it would gate nothing); on a GRPO run where it began in the
+        first half of the run and GDPO resolves it, switch when it shows (`hybrid_switch =
+        "on-finding:CD402@warning"`). The finding's actions carry each of these; `--from-scan` applies them.
     """
 
     code = "CD402"
@@ -259,15 +267,51 @@ class DominantChannel(Detector):
                         "drowned_channels": drowned,
                         "suggested_weight": suggested,
                     },
-                    remedy=join_remedies(
+                    remedy=Remedy.join(
                         switch_remedy(ctx, not fires_other),
-                        f"lower `{channel}`'s weight: retrain --weights {channel}={suggested:.2g} "
-                        "(TRL: reward_weights)",
+                        self._lower(channel, suggested),
+                        self._recipes(ctx, stretch, channel, drowned, resolves=not fires_other),
                     ),
                     gdpo_resolves=gdpo_counterfactual(ctx, not fires_other),
                 )
             )
         return findings
+
+    @staticmethod
+    def _lower(channel: str, suggested: float) -> Remedy:
+        """Lower the loud channel's weight to the suggested value (two significant digits, as worded)."""
+        if not (np.isfinite(suggested) and suggested > 0):
+            return Remedy(f"lower `{channel}`'s weight (TRL: reward_weights)")
+        weight = SetWeight(channel, float(f"{suggested:.2g}"))
+        return Remedy(f"lower `{channel}`'s weight: retrain {weight.flag} (TRL: reward_weights)", (weight,))
+
+    def _recipes(
+        self, ctx: DetectionContext, stretch: tuple[int, int], channel: str, drowned: list[str], *, resolves: bool
+    ) -> Remedy:
+        """The retrain recipes for a loud channel: condition it on the objective it drowns (it then counts only
+        where the objective passes, so it cannot be farmed while the objective fails; 1 is a binary verifier's pass
+        value), unless that objective is at its ceiling by the end (a channel earned almost everywhere gates
+        nothing); and on a GRPO run where it began in the first half of the run and GDPO's advantages do not show
+        it, switch to GDPO only from the step after the monitor sees it (summed rewards while the channels agree).
+        """
+        series = ctx.series
+        n = series.num_steps
+        tail = slice(max(0, n - max(1, n // 10)), n)  # the channel table's "by the end" (its state column)
+        ceiling = channel_extreme_shares(series, tail)[0]
+        applies = applies_share(series, tail)
+        at_ceiling = {
+            c for k, c in enumerate(series.channels) if applies[k] >= STATE_SHARE and ceiling[k] >= STATE_SHARE
+        }
+        objective = next((c for c in drowned if c != channel and c not in at_ceiling), None)
+        parts: list[Remedy] = []
+        if objective is not None:
+            gate = ConditionChannel(channel, objective, ">=", 1.0)
+            parts.append(Remedy(f"{gate.describe()} (retrain: {gate.setting})", (gate,)))
+        onset = int(series.steps[stretch[0]])
+        if ctx.run.algorithm == "grpo" and resolves and onset <= ctx.run.steps // 2:
+            switch = SetRecipe("hybrid_switch", f"on-finding:{self.code}@{Severity.WARNING.label}")
+            parts.append(Remedy(f"switch when it shows (retrain: {switch.setting})", (switch,)))
+        return Remedy.join(*parts)
 
     def _varies(self, ctx: DetectionContext) -> np.ndarray:
         """``[S, C]`` whether each channel still has something to say: it varies within most groups and its

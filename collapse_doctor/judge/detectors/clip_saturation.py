@@ -9,10 +9,12 @@ from typing import Any, ClassVar
 import numpy as np
 
 from collapse_doctor.core import scalars as S
+from collapse_doctor.core.findings import ChangeSetting, Remedy
 from collapse_doctor.core.numbers import pct
 from collapse_doctor.core.scalars import TagPoints
 from collapse_doctor.core.smoothing import persistent_onset, rolling
 from collapse_doctor.judge.detectors.base import DetectionContext, Finding, NotEnoughData, Severity, register
+from collapse_doctor.judge.detectors.remedies import CLIP_HIGHER, LOWER_LR
 from collapse_doctor.judge.detectors.scalar_base import (
     MIN_POINTS,
     ScalarDetector,
@@ -22,6 +24,9 @@ from collapse_doctor.judge.detectors.scalar_base import (
     support,
     tag_of,
 )
+
+FEWER_ITERATIONS = ChangeSetting("num_iterations", "lower")
+"""Fewer updates per generation batch: each moves the policy less far from the one that sampled."""
 
 
 @register
@@ -134,11 +139,11 @@ class ClipSaturation(ScalarDetector):
                 "region allows."
             ),
             evidence=evidence,
-            remedy=(
-                "lower the learning rate (TRL `learning_rate`, verl `actor_rollout_ref.actor.optim.lr`) or the "
-                "updates per generation batch (TRL `num_iterations`, verl `actor_rollout_ref.actor.ppo_epochs`); "
-                "widen the trust region (TRL `epsilon`/`epsilon_high`, verl `actor_rollout_ref.actor.clip_ratio_low`"
-                "/`clip_ratio_high`) only on purpose"
+            remedy=Remedy(
+                f"lower the learning rate ({LOWER_LR.frameworks}) or the updates per generation batch "
+                f"({FEWER_ITERATIONS.frameworks}); widen the trust region (TRL `epsilon`/`epsilon_high`, verl "
+                "`actor_rollout_ref.actor.clip_ratio_low`/`clip_ratio_high`) only on purpose",
+                (LOWER_LR, FEWER_ITERATIONS),
             ),
         )
 
@@ -172,18 +177,20 @@ class ClipSaturation(ScalarDetector):
                     "tokens with a positive advantage hit the upper bound: unlikely tokens cannot rise faster than "
                     "1 + epsilon_high per update, so exploration is starved"
                 )
-                remedy = (
-                    "clip-higher: raise the upper bound (TRL `epsilon_high`, e.g. 0.28 as in DAPO; verl "
-                    "`actor_rollout_ref.actor.clip_ratio_high`), and watch the entropy (CD503/CD511)"
+                remedy = Remedy(
+                    f"clip-higher: raise the upper bound (TRL `{CLIP_HIGHER.trl}`, e.g. 0.28 as in DAPO; verl "
+                    f"`{CLIP_HIGHER.verl}`), and watch the entropy (CD503/CD511)",
+                    (CLIP_HIGHER,),
                 )
             else:
                 meaning = (
                     "tokens with a negative advantage hit the lower bound: the updates push them down faster than "
                     "the trust region allows"
                 )
-                remedy = (
-                    "lower the learning rate (TRL `learning_rate`, verl `actor_rollout_ref.actor.optim.lr`) and check "
-                    "the advantages for outlier groups (CD201, CD501)"
+                remedy = Remedy(
+                    f"lower the learning rate ({LOWER_LR.frameworks}) and check the advantages for outlier groups "
+                    "(CD201, CD501)",
+                    (LOWER_LR,),
                 )
             return self.finding(
                 ctx,

@@ -10,10 +10,11 @@ from typing import Any, ClassVar
 import numpy as np
 
 from collapse_doctor.core import scalars as S
+from collapse_doctor.core.findings import ChangeSetting
 from collapse_doctor.core.numbers import pct
 from collapse_doctor.core.smoothing import persistent_onset, rolling
 from collapse_doctor.judge.detectors.base import DetectionContext, Finding, NotEnoughData, Severity, register
-from collapse_doctor.judge.detectors.remedies import nanmedian
+from collapse_doctor.judge.detectors.remedies import CLIP_HIGHER, HOTTER, LOWER_LR, Remedy, nanmedian
 from collapse_doctor.judge.detectors.scalar_base import (
     ALPHA,
     MIN_POINTS,
@@ -29,6 +30,10 @@ from collapse_doctor.judge.detectors.scalar_base import (
     trend_evidence,
 )
 from collapse_doctor.judge.detectors.trends import level_noise, trend_test
+
+ENTROPY_BONUS = ChangeSetting("entropy_coef", "raise")
+EXPLORE = (HOTTER, ENTROPY_BONUS, CLIP_HIGHER, LOWER_LR)
+"""An entropy collapse: sample more widely, reward entropy, let unlikely tokens rise, or move the policy slower."""
 
 
 @register
@@ -123,9 +128,10 @@ class EntropyCollapse(ScalarDetector):
                 title="entropy collapsed without a reward gain",
                 message=message,
                 evidence=evidence,
-                remedy=(
+                remedy=Remedy(
                     "raise the temperature or add an entropy bonus, lower the learning rate, use clip-higher, "
-                    "and check whether one reward channel dominates (CD402)"
+                    "and check whether one reward channel dominates (CD402)",
+                    EXPLORE,
                 ),
             )
         ]
@@ -258,11 +264,11 @@ class EntropyArrival(ScalarDetector):
                 }
                 | trend_evidence("entropy", falling)
                 | trend_evidence("reward", reward_trend),
-                remedy=(
-                    "raise the sampling temperature (TRL `temperature`, verl `actor_rollout_ref.rollout.temperature`), "
-                    "add an entropy bonus (TRL `entropy_coef`, verl `actor_rollout_ref.actor.entropy_coeff`), use "
-                    "clip-higher (TRL `epsilon_high`, verl `actor_rollout_ref.actor.clip_ratio_high`) or lower the "
-                    "learning rate; check whether one reward channel dominates (CD402)"
+                remedy=Remedy(
+                    f"raise the sampling temperature ({HOTTER.frameworks}), add an entropy bonus "
+                    f"({ENTROPY_BONUS.frameworks}), use clip-higher ({CLIP_HIGHER.frameworks}) or lower the "
+                    "learning rate; check whether one reward channel dominates (CD402)",
+                    EXPLORE,
                 ),
             )
         ]

@@ -9,11 +9,12 @@ from typing import ClassVar
 import numpy as np
 
 from collapse_doctor.core import scalars as S
+from collapse_doctor.core.findings import ChangeSetting
 from collapse_doctor.core.numbers import pct
 from collapse_doctor.core.scalars import TagPoints
 from collapse_doctor.core.smoothing import persistent_onset, rolling
 from collapse_doctor.judge.detectors.base import DetectionContext, Finding, Severity, register
-from collapse_doctor.judge.detectors.remedies import join_remedies
+from collapse_doctor.judge.detectors.remedies import LOWER_LR, Remedy, join_remedies
 from collapse_doctor.judge.detectors.scalar_base import (
     MIN_POINTS,
     ZERO,
@@ -29,6 +30,9 @@ from collapse_doctor.judge.detectors.trends import robust_z
 
 SPIKE_WINDOW = 21
 """Points in the rolling median a gradient-norm spike is measured against (a spike is a local event)."""
+
+CLIP_HARDER = ChangeSetting("max_grad_norm", "lower")
+"""Clip gradients harder: a lower norm bound keeps one spiking batch from moving the policy far."""
 
 
 @register
@@ -134,10 +138,10 @@ class GradientPathology(ScalarDetector):
                 "nonfinite_steps": first_steps,
                 "points": n,
             },
-            remedy=(
+            remedy=Remedy(
                 "resume from the last checkpoint before the first non-finite step with a lower learning rate "
-                "(TRL `learning_rate`, verl `actor_rollout_ref.actor.optim.lr`), gradient clipping (TRL "
-                "`max_grad_norm`, verl `actor_rollout_ref.actor.grad_clip`) and bf16 rather than fp16"
+                f"({LOWER_LR.frameworks}), gradient clipping ({CLIP_HARDER.frameworks}) and bf16 rather than fp16",
+                (LOWER_LR, CLIP_HARDER),
             ),
         )
 
@@ -225,9 +229,9 @@ class GradientPathology(ScalarDetector):
                 "log_norm_mad_sigma": scale,
                 "points": len(values),
             },
-            remedy=(
-                "clip gradients harder (TRL `max_grad_norm`, verl `actor_rollout_ref.actor.grad_clip`), lower the "
-                "learning rate (TRL `learning_rate`, verl `actor_rollout_ref.actor.optim.lr`), and look at the spike "
-                "steps' groups for outlier rewards (CD201, CD501)"
+            remedy=Remedy(
+                f"clip gradients harder ({CLIP_HARDER.frameworks}), lower the learning rate ({LOWER_LR.frameworks}), "
+                "and look at the spike steps' groups for outlier rewards (CD201, CD501)",
+                (CLIP_HARDER, LOWER_LR),
             ),
         )

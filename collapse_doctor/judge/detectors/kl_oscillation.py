@@ -10,7 +10,7 @@ import numpy as np
 from collapse_doctor.core import scalars as S
 from collapse_doctor.core.smoothing import persistent_onset, rolling
 from collapse_doctor.judge.detectors.base import DetectionContext, Finding, Severity, register
-from collapse_doctor.judge.detectors.remedies import nanmedian
+from collapse_doctor.judge.detectors.remedies import LOWER_LR, MORE_KL, Remedy, nanmedian
 from collapse_doctor.judge.detectors.scalar_base import (
     MIN_POINTS,
     ScalarDetector,
@@ -107,9 +107,10 @@ class KlOscillation(ScalarDetector):
                     "relative_swing_late": late_swing,
                 }
                 | support(len(found.steps), stretch),
-                remedy=(
+                remedy=Remedy(
                     "lower the learning rate or raise the KL coefficient, clip advantages, and check the "
-                    "advantage std (CD501) and the reward channels for outliers"
+                    "advantage std (CD501) and the reward channels for outliers",
+                    (LOWER_LR, MORE_KL),
                 ),
             )
         ]

@@ -47,6 +47,12 @@ when two channels are affine in each other within a group (B = 1 - A with equal 
 fused sum is exactly 0); it does with unequal weights, three or more channels, or groups that also hold other
 reward vectors.
 
+**Remedies are data.** A remedy that proposes something concrete carries it as typed actions next to its words
+(`findings[].actions` in the JSON: `weight`, `aggregation`, `drop`, `condition`, `recipe`, `trainer_setting`),
+and the command or value in the words is taken from the action. `collapse-doctor retrain --from-scan scan.json`
+applies the actions and never reads the words, so rewording a remedy changes nothing it does. An action is
+emitted only where the remedy proposes it: no aggregation switch where `gdpo_resolves` is false.
+
 **Every statistic carries its support.** Per-step series of counts (groups with two or more values of a
 channel, co-observed rollouts of a channel pair, differing pairs, groups) sit next to the values; a detector
 does not decide below its stated minimum (`min_groups`, `min_rows`, `min_pairs`, `min_points`) and is listed

@@ -1,15 +1,27 @@
-"""Shared remedy wording and small numeric helpers for detectors."""
+"""Shared remedy wording and small numeric helpers for detectors.
+
+A remedy that proposes something concrete is a :class:`~collapse_doctor.core.findings.Remedy`: its words and its
+typed actions built together, the command or value in the words taken from the action (one source of truth).
+"""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from collapse_doctor.core.findings import ChangeSetting, Remedy, SetAggregation
 from collapse_doctor.core.numbers import nanmedian, share_pct
 
 __all__ = [
+    "CLIP_HIGHER",
     "FROM_SCAN",
+    "GDPO",
     "GDPO_DYNAMIC",
     "GDPO_SWITCH",
+    "HOTTER",
+    "LOWER_LR",
+    "MORE_GENERATIONS",
+    "MORE_KL",
+    "Remedy",
     "aggregation_remedy",
     "gdpo_counterfactual",
     "join_remedies",
@@ -23,16 +35,26 @@ if TYPE_CHECKING:
 
 FROM_SCAN = "--from-scan scan.json"
 """How remedies hand a scan to ``retrain`` (``scan.json`` is written by ``scan RUN --json scan.json``)."""
-GDPO_SWITCH = (
-    f"switch to GDPO: collapse-doctor retrain --algo gdpo {FROM_SCAN} "
-    '(own TRL trainer: multi_objective_aggregation="normalize_then_sum")'
+LOWER_LR = ChangeSetting("learning_rate", "lower")
+MORE_GENERATIONS = ChangeSetting("num_generations", "raise")
+"""More completions per prompt: a group more likely to hold the rare success (or failure) that ranks it."""
+HOTTER = ChangeSetting("temperature", "raise")
+CLIP_HIGHER = ChangeSetting("clip_epsilon_high", "raise")
+MORE_KL = ChangeSetting("kl_coef", "raise")
+"""The trainer settings several remedies propose (their wording takes the names from these)."""
+GDPO = SetAggregation("gdpo")
+_DYNAMIC = SetAggregation("gdpo-dynamic")
+GDPO_SWITCH = Remedy(
+    f"switch to GDPO: collapse-doctor retrain {GDPO.flag} {FROM_SCAN} (own TRL trainer: {GDPO.trl_setting})", (GDPO,)
 )
 """The aggregation remedy for a GRPO run: the retrain command, and the TRL setting for one's own trainer."""
-GDPO_DYNAMIC = f"adapt the channel weights per step: collapse-doctor retrain --algo gdpo-dynamic {FROM_SCAN}"
+GDPO_DYNAMIC = Remedy(
+    f"adapt the channel weights per step: collapse-doctor retrain {_DYNAMIC.flag} {FROM_SCAN}", (_DYNAMIC,)
+)
 """The aggregation remedy for a run that already is GDPO (switching to GDPO would change nothing)."""
 
 
-def aggregation_remedy(ctx: DetectionContext) -> str:
+def aggregation_remedy(ctx: DetectionContext) -> Remedy:
     """The aggregation part of a remedy, for the algorithm the run used (detected or ``--algo``).
 
     GRPO runs are told to switch to GDPO; GDPO runs to adapt the weights per step (gdpo-dynamic); runs whose
@@ -41,7 +63,10 @@ def aggregation_remedy(ctx: DetectionContext) -> str:
     if ctx.algorithm != "gdpo":
         return GDPO_SWITCH
     if ctx.run.algorithm == "gdpo" and ctx.run.dynamic_weight_channels:
-        return "grade the check and retrain: collapse-doctor retrain --algo gdpo-dynamic --reward NAME=module:function"
+        return Remedy(
+            f"grade the check and retrain: collapse-doctor retrain {_DYNAMIC.flag} --reward NAME=module:function",
+            (_DYNAMIC,),
+        )
     return GDPO_DYNAMIC
 
 
@@ -54,7 +79,7 @@ def gdpo_counterfactual(ctx: DetectionContext, resolves: bool | None) -> bool | 
     return resolves if ctx.run.rollouts else None
 
 
-def switch_remedy(ctx: DetectionContext, resolves: bool | None) -> str | None:
+def switch_remedy(ctx: DetectionContext, resolves: bool | None) -> Remedy | None:
     """The aggregation remedy, only when the counterfactual says the other aggregation helps (else ``None``).
 
     A GRPO run whose condition would not fire under GDPO is told to switch; a GDPO run is never told to switch
@@ -65,6 +90,6 @@ def switch_remedy(ctx: DetectionContext, resolves: bool | None) -> str | None:
     return aggregation_remedy(ctx)
 
 
-def join_remedies(*parts: str | None) -> str:
-    """Remedy parts joined with "; ", empty ones left out."""
-    return "; ".join(p for p in parts if p)
+def join_remedies(*parts: str | Remedy | None) -> str:
+    """Remedy parts joined with "; ", empty ones left out (their words only: :meth:`Remedy.join` keeps the actions)."""
+    return Remedy.join(*parts).text

@@ -8,7 +8,7 @@ from typing import ClassVar
 import numpy as np
 
 from collapse_doctor.judge.detectors.base import DetectionContext, Detector, Finding, NotEnoughData, Severity, register
-from collapse_doctor.judge.detectors.remedies import gdpo_counterfactual, join_remedies, nanmedian, switch_remedy
+from collapse_doctor.judge.detectors.remedies import Remedy, gdpo_counterfactual, nanmedian, switch_remedy
 
 
 @register
@@ -100,7 +100,7 @@ class TiedSums(Detector):
                     "distinct_ratio_grpo": distinct_grpo,
                     "distinct_ratio_gdpo": distinct_gdpo,
                 },
-                remedy=join_remedies(
+                remedy=Remedy.join(
                     switch_remedy(ctx, resolves),
                     f"give the channels distinct weights that reflect their priority (e.g. retrain --weights "
                     f"{weights_hint}; TRL reward_weights)",

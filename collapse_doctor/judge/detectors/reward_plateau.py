@@ -9,10 +9,11 @@ from typing import ClassVar
 import numpy as np
 
 from collapse_doctor.core import scalars as S
+from collapse_doctor.core.findings import ChangeSetting
 from collapse_doctor.core.numbers import pct
 from collapse_doctor.core.smoothing import rolling
 from collapse_doctor.judge.detectors.base import DetectionContext, Finding, Severity, register
-from collapse_doctor.judge.detectors.remedies import nanmedian
+from collapse_doctor.judge.detectors.remedies import LOWER_LR, MORE_GENERATIONS, MORE_KL, Remedy, nanmedian
 from collapse_doctor.judge.detectors.scalar_base import (
     ALPHA,
     ScalarDetector,
@@ -128,19 +129,20 @@ class RewardPlateau(ScalarDetector):
         )
         if not held_out:
             message += note or " The log has no held-out score, so this is judged on the training reward."
+        faster = ChangeSetting("learning_rate", "raise")
         remedy = {
-            "plateau": (
+            "plateau": Remedy(
                 "stop at the best checkpoint, or change the data or the reward (harder prompts, a graded reward)"
             ),
-            "no learning": (
-                "check the reward function on real completions, then easier prompts, a higher learning rate "
-                "(TRL `learning_rate`, verl `actor_rollout_ref.actor.optim.lr`) or more samples per prompt "
-                "(TRL `num_generations`, verl `actor_rollout_ref.rollout.n`)"
+            "no learning": Remedy(
+                f"check the reward function on real completions, then easier prompts, a higher learning rate "
+                f"({faster.frameworks}) or more samples per prompt ({MORE_GENERATIONS.frameworks})",
+                (faster, MORE_GENERATIONS),
             ),
-            "regression": (
-                f"keep the checkpoint of step {int(steps[best])}, lower the learning rate (TRL `learning_rate`, verl "
-                "`actor_rollout_ref.actor.optim.lr`) or raise the KL coefficient (TRL `beta`, verl "
-                "`actor_rollout_ref.actor.kl_loss_coef` with `use_kl_loss`)"
+            "regression": Remedy(
+                f"keep the checkpoint of step {int(steps[best])}, lower the learning rate ({LOWER_LR.frameworks}) or "
+                f"raise the KL coefficient ({MORE_KL.frameworks} with `use_kl_loss`)",
+                (LOWER_LR, MORE_KL),
             ),
         }[kind]
         return [

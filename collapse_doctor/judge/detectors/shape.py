@@ -10,7 +10,7 @@ import numpy as np
 from collapse_doctor.core.series import RECOMPUTATIONS, RunSeries
 from collapse_doctor.judge.budget import channel_extreme_shares
 from collapse_doctor.judge.detectors.base import DetectionContext, Detector, Finding, Severity, register
-from collapse_doctor.judge.detectors.remedies import gdpo_counterfactual, join_remedies, nanmedian, switch_remedy
+from collapse_doctor.judge.detectors.remedies import Remedy, gdpo_counterfactual, nanmedian, switch_remedy
 
 
 @register
@@ -103,7 +103,7 @@ class AdvantageShape(Detector):
                         "rest_advantage_std_gdpo": rest_gdpo,
                         "excess_kurtosis": nanmedian(series[f"adv_kurtosis_{alg}"][window]),
                     },
-                    remedy=join_remedies(
+                    remedy=Remedy.join(
                         "cap or squash (tanh) the channel with extreme rewards (find them: collapse-doctor advantages "
                         "RUN -o adv.parquet)",
                         switch_remedy(ctx, resolves),
@@ -136,7 +136,7 @@ class AdvantageShape(Detector):
                         f"{value_other:.2f}): one coarse signal decides most advantage signs."
                     ),
                     evidence={f"bimodality_{alg}": value, f"bimodality_{other}": value_other},
-                    remedy=join_remedies(
+                    remedy=Remedy.join(
                         "see which channel dominates (CD402) and rebalance its weight",
                         switch_remedy(ctx, resolves_bimodal),
                     ),
@@ -205,7 +205,7 @@ class AdvantageShape(Detector):
                 ),
                 channels=lone,
                 evidence={"lone_outlier_group_share": level},
-                remedy=join_remedies(
+                remedy=Remedy.join(
                     "nothing to fix; more generations per prompt find more such successes",
                     switch_remedy(ctx, resolves),
                 ),

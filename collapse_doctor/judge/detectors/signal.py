@@ -7,21 +7,32 @@ from typing import ClassVar
 
 import numpy as np
 
+from collapse_doctor.core.findings import ChangeSetting
 from collapse_doctor.core.numbers import pct
 from collapse_doctor.core.smoothing import ratio_to_running_peak
 from collapse_doctor.judge.budget import SignalBudget, applies_share, channel_extreme_shares, signal_budget
 from collapse_doctor.judge.detectors.base import DetectionContext, Detector, Finding, NotEnoughData, Severity, register
-from collapse_doctor.judge.detectors.remedies import gdpo_counterfactual, join_remedies, nanmedian, switch_remedy
+from collapse_doctor.judge.detectors.remedies import (
+    HOTTER,
+    MORE_GENERATIONS,
+    Remedy,
+    gdpo_counterfactual,
+    nanmedian,
+    switch_remedy,
+)
 
 LEARNED = (
     "it is learned: drop it, make the check stricter or the prompts harder, or keep it as a gate "
     "(count the other rewards only where it passes); while it is constant it changes no advantage"
 )
-NEVER_EARNED = (
+NEVER_EARNED = Remedy(
     "check what the reward function returns on real completions (a broken or too strict check looks the same), "
-    "then use easier prompts or a curriculum, give partial credit, or raise num_generations so that some "
-    "completion of a group earns it; do not lower its weight: it is not drowning anything"
+    f"then use easier prompts or a curriculum, give partial credit, or raise {MORE_GENERATIONS.trl} so that some "
+    "completion of a group earns it; do not lower its weight: it is not drowning anything",
+    (MORE_GENERATIONS,),
 )
+EXPLORATION = (HOTTER, MORE_GENERATIONS)
+"""A fading channel: sample more widely (a higher temperature, more completions per prompt)."""
 
 
 def channel_support(ctx: DetectionContext, k: int) -> float:
@@ -130,6 +141,7 @@ class RelGainDecay(Detector):
             "rel_gain_now": now,
             "groups_per_step": support,
         }
+        remedy: str | Remedy
         if at_ceiling >= limit:
             state, severity = "ceiling", Severity.INFO
             title = f"`{channel}` is saturated at its maximum"
@@ -163,9 +175,10 @@ class RelGainDecay(Detector):
                 f"({now / peak_value:.0%} of its peak) from step {from_step} on, while it is neither at its "
                 f"floor ({pct(at_floor)} of groups) nor its ceiling ({pct(at_ceiling)})."
             )
-            remedy = (
-                "raise exploration (temperature, num_generations) and read the completions for mode collapse "
-                "(collapse-doctor report RUN --html report.html shows examples)"
+            remedy = Remedy(
+                f"raise exploration ({', '.join(str(a.trl) for a in EXPLORATION)}) and read the completions for mode "
+                "collapse (collapse-doctor report RUN --html report.html shows examples)",
+                EXPLORATION,
             )
         else:
             return None
@@ -333,13 +346,21 @@ class ZeroVarianceGroups(Detector):
             + (" (the same condition fires)." if fires_other else " (below the threshold).")
         )
         resolves = not fires_other
-        remedy = join_remedies(
-            "sample several completions per prompt (TRL num_generations, verl actor_rollout_ref.rollout.n: 2 or "
-            "more): a group of one is its own baseline, so its advantage is 0 under any aggregation"
+        groups_of_two = ChangeSetting("num_generations", "raise", 2)
+        remedy = Remedy.join(
+            Remedy(
+                f"sample several completions per prompt (TRL {groups_of_two.trl}, verl {groups_of_two.verl}: "
+                f"{groups_of_two.value_text} or more): a group of one is its own baseline, so its advantage is 0 under "
+                "any aggregation",
+                (groups_of_two,),
+            )
             if single >= 0.1
             else None,
             "harder prompts, or filter solved prompts (dynamic sampling)" if own.all_pass_group_share >= 0.1 else None,
-            "easier prompts or a curriculum, partial credit, or a higher num_generations"
+            Remedy(
+                f"easier prompts or a curriculum, partial credit, or a higher {MORE_GENERATIONS.trl}",
+                (MORE_GENERATIONS,),
+            )
             if own.all_fail_group_share >= 0.1
             else None,
             "the channels cancel within groups: give them unequal weights (TRL reward_weights) or merge them into "
@@ -366,7 +387,7 @@ class ZeroVarianceGroups(Detector):
                     "rollouts": own.rollouts,
                     "groups": int(groups),
                 },
-                remedy=remedy or "filter prompts whose groups are silent (dynamic sampling)",
+                remedy=remedy if remedy.text else "filter prompts whose groups are silent (dynamic sampling)",
                 gdpo_resolves=gdpo_counterfactual(ctx, resolves),
             )
         ]

@@ -15,6 +15,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from collapse_doctor.core import scalars as S
+from collapse_doctor.core.findings import ChangeSetting, Remedy
 from collapse_doctor.core.numbers import pct
 from collapse_doctor.core.scalars import TagPoints
 from collapse_doctor.core.smoothing import rolling
@@ -27,29 +28,39 @@ from collapse_doctor.judge.detectors.base import (
     persistent_onset,
     register,
 )
-from collapse_doctor.judge.detectors.remedies import join_remedies
 
-SETTINGS: Mapping[str, tuple[str, str]] = {
+LONGER = ChangeSetting("max_completion_length", "raise")
+_TRL_MASK = ChangeSetting("mask_truncated_completions", "set", True)
+_VERL_PENALTY = ChangeSetting("overlong_penalty", "set", True)
+SETTINGS: Mapping[str, tuple[Remedy, Remedy]] = {
     "trl": (
-        "raise `max_completion_length` (GRPOConfig)",
-        "set `mask_truncated_completions=True` so cut completions leave the loss",
+        Remedy(f"raise `{LONGER.trl}` (GRPOConfig)", (LONGER,)),
+        Remedy(f"set `{_TRL_MASK.trl}={_TRL_MASK.value_text}` so cut completions leave the loss", (_TRL_MASK,)),
     ),
     "verl": (
-        "raise `data.max_response_length`",
-        "enable the overlong penalty (`reward_model.overlong_buffer.enable=True`, DAPO)",
+        Remedy(f"raise `{LONGER.verl}`", (LONGER,)),
+        Remedy(
+            f"enable the overlong penalty (`{_VERL_PENALTY.verl}={_VERL_PENALTY.value_text}`, DAPO)", (_VERL_PENALTY,)
+        ),
     ),
     "openrlhf": (
-        "raise `--rollout.max_new_tokens` (`--generate_max_len` in older versions)",
-        "penalise cut samples (`--reward.stop_properly_penalty_coef`, or `--reward.overlong_buffer_len`)",
+        Remedy("raise `--rollout.max_new_tokens` (`--generate_max_len` in older versions)", (LONGER,)),
+        Remedy("penalise cut samples (`--reward.stop_properly_penalty_coef`, or `--reward.overlong_buffer_len`)"),
     ),
     "nemo_rl": (
-        "raise `policy.generation.max_new_tokens` / `policy.max_total_sequence_length`",
-        "set `grpo.overlong_filtering: true` (cut samples leave the loss) or "
-        "`grpo.reward_shaping.stop_properly_penalty_coef`",
+        Remedy("raise `policy.generation.max_new_tokens` / `policy.max_total_sequence_length`", (LONGER,)),
+        Remedy(
+            "set `grpo.overlong_filtering: true` (cut samples leave the loss) or "
+            "`grpo.reward_shaping.stop_properly_penalty_coef`"
+        ),
     ),
 }
-"""Per framework: the length-cap setting, and how to keep cut completions from earning or losing a reward."""
-GENERIC = ("raise the generation length cap", "mask truncated completions out of the loss or penalise them")
+"""Per framework: the length-cap setting, and how to keep cut completions from earning or losing a reward (with the
+trainer-setting actions, named for TRL and verl, that other frameworks' wording maps to where it does)."""
+GENERIC = (
+    Remedy("raise the generation length cap", (LONGER,)),
+    Remedy("mask truncated completions out of the loss or penalise them"),
+)
 
 
 @register
@@ -159,7 +170,7 @@ class LengthCapTruncation(Detector):
                 message=message + ".",
                 channels=tuple(tracked),
                 evidence=evidence,
-                remedy=join_remedies(
+                remedy=Remedy.join(
                     cap,
                     "compute a length reward on the untruncated text or give truncated completions a penalty "
                     "instead of the reward's maximum",

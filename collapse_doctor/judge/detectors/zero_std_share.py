@@ -11,7 +11,7 @@ from collapse_doctor.core import scalars as S
 from collapse_doctor.core.numbers import pct
 from collapse_doctor.core.smoothing import persistent_onset, rolling
 from collapse_doctor.judge.detectors.base import DetectionContext, Finding, Severity, register
-from collapse_doctor.judge.detectors.remedies import join_remedies
+from collapse_doctor.judge.detectors.remedies import MORE_GENERATIONS, Remedy
 from collapse_doctor.judge.detectors.scalar_base import (
     MIN_POINTS,
     ZERO,
@@ -21,9 +21,10 @@ from collapse_doctor.judge.detectors.scalar_base import (
     tag_of,
 )
 
-ALL_FAIL_REMEDY = (
+ALL_FAIL_REMEDY = Remedy(
     "all-fail (too hard or a broken reward): check the reward function on real completions, then easier prompts "
-    "or a curriculum, partial credit, or a higher num_generations"
+    f"or a curriculum, partial credit, or a higher {MORE_GENERATIONS.trl}",
+    (MORE_GENERATIONS,),
 )
 ALL_PASS_REMEDY = (
     "all-pass (learned): harder prompts, filter solved prompts (dynamic sampling), or drop or down-weight the "
@@ -129,7 +130,7 @@ class ZeroStdShare(ScalarDetector):
             fail, ok = split
             evidence |= {"all_fail_share": fail, "all_pass_share": ok}
             message += f" All-fail: {pct(fail)}, all-pass: {pct(ok)}."
-            remedy = join_remedies(
+            remedy = Remedy.join(
                 ALL_FAIL_REMEDY if fail >= 0.1 or fail >= ok else None,
                 ALL_PASS_REMEDY if ok >= 0.1 or ok > fail else None,
             )
@@ -137,7 +138,7 @@ class ZeroStdShare(ScalarDetector):
             several = len(ctx.scalars.channels) > 1
             causes = "all-pass or all-fail" + (", or channels that cancel in the sum" if several else "")
             message += f" The log does not say whether they are {causes} (the fixes differ): scan the completions."
-            remedy = join_remedies(
+            remedy = Remedy.join(
                 ALL_FAIL_REMEDY,
                 ALL_PASS_REMEDY,
                 CANCEL_REMEDY if several else None,

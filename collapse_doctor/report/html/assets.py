@@ -44,6 +44,7 @@ td.num { white-space: nowrap; }
 .finding .where { color: var(--muted); font-size: 12px; margin-left: 8px; }
 .finding p { margin: 6px 0; }
 .finding .remedy { color: var(--ok); }
+.finding .actions { color: var(--ok); margin: 0 0 6px; padding-left: 20px; font-size: 13px; }
 .evidence { font-size: 12px; color: var(--muted); }
 .evidence span { display: inline-block; margin-right: 14px; }
 details > summary { cursor: pointer; color: var(--info); }

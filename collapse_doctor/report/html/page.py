@@ -326,6 +326,14 @@ def _at(step: Any) -> str:
     return f" (step {step})" if step is not None else ""
 
 
+def _actions(finding: Finding) -> str:
+    """The remedy's typed actions, one short item each (what `retrain --from-scan` reads from the JSON)."""
+    if not finding.actions:
+        return ""
+    items = "".join(f"<li>{_rich(a.describe())}</li>" for a in finding.actions)
+    return f'<ul class="actions" title="applied by collapse-doctor retrain --from-scan scan.json">{items}</ul>'
+
+
 def _finding(finding: Finding, other_algorithm: str) -> str:
     from collapse_doctor.judge.detectors import REGISTRY  # the explain text of the finding's detector
 
@@ -353,6 +361,7 @@ def _finding(finding: Finding, other_algorithm: str) -> str:
         f"<p>{_rich(finding.message)}</p>"
         + (f'<div class="evidence">{evidence}</div>' if evidence else "")
         + (f'<p class="remedy"><b>Remedy:</b> {_rich(finding.remedy)}</p>' if finding.remedy else "")
+        + _actions(finding)
         + resolves
         + explain
         + "</div>"
