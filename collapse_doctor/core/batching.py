@@ -36,6 +36,11 @@ class StackedChunk:
     steps: np.ndarray
     num_groups: int
     logged: np.ndarray | None
+    completion_codes: np.ndarray | None = None
+    """``[N]`` int64 completion identity (equal codes, equal text; -1 a null text), comparable within a step; None
+    without a completion column."""
+    completion_lengths: np.ndarray | None = None
+    """``[N]`` float64 completion length (tokens, else characters; NaN where unknown); None when unknown."""
 
     def tensors(self, channels: Sequence[str], weights: Mapping[str, float], device: str):  # type: ignore[no-untyped-def]
         """(rewards, group_index, step_index, weights, logged) as torch tensors on ``device``."""
@@ -76,4 +81,29 @@ def stack_chunk(chunk: list[RolloutBatch]) -> StackedChunk:
         steps=np.array([b.step for b in chunk], dtype=np.int64),
         num_groups=int(sum(b.num_groups for b in chunk)),
         logged=logged,
+        completion_codes=_stacked_codes(chunk),
+        completion_lengths=_stacked_lengths(chunk),
     )
+
+
+def _stacked_codes(chunk: list[RolloutBatch]) -> np.ndarray | None:
+    """The batches' completion codes, shifted so that no two batches share a code (a null text stays -1); None
+    unless every batch has codes."""
+    codes = [b.completion_codes for b in chunk]
+    if not codes or any(c is None for c in codes):
+        return None
+    out, offset = [], 0
+    for c in codes:
+        assert c is not None
+        out.append(np.where(c >= 0, c + offset, -1))
+        offset += int(c.max()) + 1 if len(c) else 0
+    return np.concatenate(out).astype(np.int64, copy=False)
+
+
+def _stacked_lengths(chunk: list[RolloutBatch]) -> np.ndarray | None:
+    """The batches' completion lengths (NaN for a batch without); None when no batch has them."""
+    if all(b.completion_lengths is None for b in chunk):
+        return None
+    return np.concatenate(
+        [b.completion_lengths if b.completion_lengths is not None else np.full(b.num_rows, np.nan) for b in chunk]
+    ).astype(np.float64, copy=False)

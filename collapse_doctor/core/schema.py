@@ -398,6 +398,12 @@ class RolloutBatch:
     """``[N]`` float32 advantage the trainer logged, if the input has one."""
     extra: pa.Table | None = None
     """Optional columns carried along (prompt, completion, completion_length)."""
+    completion_codes: np.ndarray | None = None
+    """``[N]`` int64 completion identity: equal codes, equal completion text (-1: a null text, a value of its own);
+    codes ``0..K-1`` of this step. None when the input has no completion column."""
+    completion_lengths: np.ndarray | None = None
+    """``[N]`` float64 completion length: the ``completion_length`` column (tokens) where there is one, else the
+    text's length in characters; NaN where unknown. None when the input has neither."""
 
     @property
     def num_rows(self) -> int:

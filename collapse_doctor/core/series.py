@@ -89,8 +89,36 @@ _CATALOGUE = (
             SeriesSpec(
                 f"all_fail_groups_{name}", "run", f"Silent ({label}) groups with every channel at its step reward_min."
             ),
+            SeriesSpec(
+                f"silent_identical_groups_{name}",
+                "run",
+                f"Silent ({label}) groups whose valid rows all have the same completion (NaN without text).",
+            ),
+            SeriesSpec(
+                f"silent_cancel_groups_{name}",
+                "run",
+                f"Silent ({label}) groups where some channel varies (reward vectors differ: the channels cancel).",
+            ),
         )
     ),
+    # completions
+    SeriesSpec(
+        "completion_groups", "run", "Groups (2+ valid rows) with completion text (the support; NaN without text)."
+    ),
+    SeriesSpec("identical_completion_groups", "run", "Of completion_groups: all valid rows have the same completion."),
+    SeriesSpec(
+        "distinct_completion_share", "run", "Distinct completions among the valid rows / valid rows (1: all differ)."
+    ),
+    SeriesSpec(
+        "equal_reward_groups",
+        "run",
+        "Groups (2+ valid rows) whose reward vectors are all equal (each channel constant, same NaN pattern).",
+    ),
+    SeriesSpec(
+        "equal_reward_distinct_groups", "run", "Of equal_reward_groups: 2+ distinct completions (NaN without text)."
+    ),
+    SeriesSpec("completion_length_mean", "run", "Mean completion length (tokens, else characters) over valid rows."),
+    SeriesSpec("completion_length_max", "run", "Largest completion length (tokens, else characters) of a valid row."),
     # dominance
     SeriesSpec("dominance_grpo", "channel", f"Share of rows with signal whose {_GRPO} advantage sign it decides."),
     SeriesSpec("dominance_gdpo", "channel", f"Share of rows with signal whose {_GDPO} advantage sign it decides."),

@@ -229,14 +229,17 @@ def engine_chunk(
     On CPU a chunk in the dense layout runs on NumPy (:class:`~collapse_doctor.engine.stats.dense.DenseChunk`: no
     torch import); any other chunk, or another device, on torch.
     """
-    from collapse_doctor.engine.stats import DenseChunk, dense_layout
+    from collapse_doctor.engine.stats import CompletionRows, DenseChunk, dense_layout
 
     num_steps = len(stacked.steps)
+    completions = CompletionRows.of(stacked.completion_codes, stacked.completion_lengths)
     if device == "cpu":
         g = dense_layout(stacked.rewards, stacked.group_index, stacked.num_groups, stacked.step_index, num_steps)
         if g is not None:
             row_weights = [weights[c] for c in channels]
-            return DenseChunk.from_rows(stacked.rewards, g, stacked.step_index, row_weights, num_steps, stacked.logged)
+            return DenseChunk.from_rows(
+                stacked.rewards, g, stacked.step_index, row_weights, num_steps, stacked.logged, completions
+            )
     from collapse_doctor.engine.advantages import compute_advantages
     from collapse_doctor.engine.stats import ChunkInput
     from collapse_doctor.engine.workers import torch_for_workers
@@ -244,7 +247,9 @@ def engine_chunk(
     torch_for_workers()
     rewards, group_index, step_index, weight_t, logged = stacked.tensors(channels, weights, device)
     adv = compute_advantages(rewards, group_index, weights=weight_t, step_index=step_index)
-    return ChunkInput(rewards, group_index, step_index, weight_t, adv, stacked.num_groups, num_steps, logged)
+    return ChunkInput(
+        rewards, group_index, step_index, weight_t, adv, stacked.num_groups, num_steps, logged, completions
+    )
 
 
 def row_advantages(

@@ -22,6 +22,7 @@ import numpy as np
 from collapse_doctor.core.series import in_catalogue_order
 from collapse_doctor.engine.stats import (
     channels,
+    completions,
     correlation,
     dominance,
     logged,
@@ -34,7 +35,7 @@ from collapse_doctor.engine.stats import (
     weightfit,
 )
 from collapse_doctor.engine.stats.chunk import ChunkInput, GeneralChunk, dense_group_size
-from collapse_doctor.engine.stats.dense import MAX_DENSE_GROUP, DenseChunk, dense_layout
+from collapse_doctor.engine.stats.dense import MAX_DENSE_GROUP, CompletionRows, DenseChunk, dense_layout
 from collapse_doctor.engine.stats.kernels import to_host
 from collapse_doctor.engine.stats.outliers import OUTLIER_GAP, OUTLIER_SCALE
 from collapse_doctor.engine.stats.silence import SILENT_SPAN
@@ -51,13 +52,27 @@ __all__ = [
     "SILENT_SPAN",
     "TIE_QUANTUM",
     "ChunkInput",
+    "CompletionRows",
     "DenseChunk",
     "dense_group_size",
     "dense_layout",
     "step_statistics",
 ]
 
-FAMILIES = (sizes, channels, signal, silence, dominance, shape, outliers, ties, correlation, logged, weightfit)
+FAMILIES = (
+    sizes,
+    channels,
+    signal,
+    silence,
+    completions,
+    dominance,
+    shape,
+    outliers,
+    ties,
+    correlation,
+    logged,
+    weightfit,
+)
 """The statistic families; each has ``NAMES``, ``general(GeneralChunk)`` and ``dense(DenseChunk)``."""
 LOGGED_FAMILIES = (logged, weightfit)
 """The families that produce their series only when the chunk has a logged advantage."""

@@ -18,8 +18,10 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from collapse_doctor.engine.advantages import AdvantageResult, Segments, centered_segments
-from collapse_doctor.engine.stats.dense import dense_layout
+from collapse_doctor.engine.stats.dense import CompletionRows, dense_layout
 from collapse_doctor.engine.stats.kernels import segment_extreme, segment_sum, to_host
 
 if TYPE_CHECKING:
@@ -41,6 +43,8 @@ class ChunkInput:
     num_groups: int
     num_steps: int
     logged: Tensor | None = None
+    completions: CompletionRows | None = None
+    """The rows' completion codes and lengths as NumPy arrays on the host (whatever the device), or None."""
 
 
 def dense_group_size(chunk: ChunkInput) -> int | None:
@@ -196,6 +200,36 @@ class GeneralChunk:
             at_max.append(constant & (hi == high[self.group_step, k]))
             at_min.append(constant & (lo == low[self.group_step, k]))
         return at_max, at_min
+
+    @cached_property
+    def equal_rewards(self) -> Tensor:
+        """``[G]`` groups whose valid rows have equal reward vectors: every channel either NaN on all of them or
+        present on all and constant."""
+        same = torch.ones(self.num_groups, dtype=torch.bool, device=self.device)
+        for (_, count, _), (high, low) in zip(self.channel_centred, self.channel_extremes, strict=True):
+            count = count.to(torch.float64)
+            same &= (count == 0) | ((count == self.group_rows) & (high == low))
+        return same
+
+    @cached_property
+    def host_rows(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Group index, step index and valid-row mask ``[N]`` as NumPy arrays (what the completion counts read)."""
+        return to_host(self.group_index), to_host(self.step_index), to_host(self.valid_row)
+
+    @cached_property
+    def identical_completions(self) -> np.ndarray | None:
+        """``[G]`` groups whose valid rows all have the same completion code (True for a group without valid
+        rows), None without completion codes."""
+        rows = self.input.completions
+        if rows is None or rows.codes is None:
+            return None
+        group, _, valid = self.host_rows
+        codes, group = rows.codes[valid], group[valid]
+        high = np.full(self.num_groups, np.iinfo(np.int64).min)
+        low = np.full(self.num_groups, np.iinfo(np.int64).max)
+        np.maximum.at(high, group, codes)
+        np.minimum.at(low, group, codes)
+        return np.asarray(high <= low)  # max <= min: one code (or no valid row)
 
     @cached_property
     def total_ss(self) -> Tensor:

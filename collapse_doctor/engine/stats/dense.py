@@ -59,6 +59,29 @@ def dense_layout(
 
 
 @dataclass(frozen=True)
+class CompletionRows:
+    """What the reader knows of each row's completion, on the host (both engines count on these with NumPy).
+
+    ``codes`` ``[N]`` int64: equal codes, equal completion text (comparable within a step; -1, a null text, is a
+    value of its own), None without completion text; ``lengths`` ``[N]`` float64: tokens, else characters, NaN
+    where unknown, None without lengths.
+    """
+
+    codes: np.ndarray | None = None
+    lengths: np.ndarray | None = None
+
+    @classmethod
+    def of(cls, codes: np.ndarray | None, lengths: np.ndarray | None) -> CompletionRows | None:
+        """The rows' completions, or None when neither is known."""
+        if codes is None and lengths is None:
+            return None
+        return cls(
+            None if codes is None else np.asarray(codes, dtype=np.int64),
+            None if lengths is None else np.asarray(lengths, dtype=np.float64),
+        )
+
+
+@dataclass(frozen=True)
 class RowAdvantages:
     """GRPO and GDPO advantages row by row (the order of the chunk's rows), ``[N]`` each, for the collectors."""
 
@@ -143,6 +166,7 @@ class DenseChunk:
         logged: np.ndarray | None = None,
         advantages: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
         convention: str = "trl",
+        completions: CompletionRows | None = None,
     ) -> None:
         self.rewards = rewards
         """``[N, C]`` float32, row by row."""
@@ -154,6 +178,8 @@ class DenseChunk:
         self.weights = [float(np.float32(w)) for w in weights]
         self.logged = logged
         """``[N]`` logged advantages row by row, or None."""
+        self.completions = completions
+        """The rows' completion codes and lengths (row by row), or None."""
         self.convention = convention
         self._given = advantages
         self.group_step = np.ascontiguousarray(step_index[::g]).astype(np.int64)
@@ -173,12 +199,13 @@ class DenseChunk:
         weights: list[float],
         num_steps: int,
         logged: np.ndarray | None = None,
+        completions: CompletionRows | None = None,
     ) -> DenseChunk:
         """A chunk as the reader stacked it (``dense_layout`` said ``g``); advantages under TRL's convention."""
         rewards = np.asarray(rewards, dtype=np.float32)
         if logged is not None:
             logged = np.asarray(logged, dtype=np.float32)
-        return cls(rewards, g, step_index, weights, num_steps=num_steps, logged=logged)
+        return cls(rewards, g, step_index, weights, num_steps=num_steps, logged=logged, completions=completions)
 
     @classmethod
     def from_input(cls, chunk: Any, g: int) -> DenseChunk:
@@ -203,6 +230,7 @@ class DenseChunk:
             num_steps=chunk.num_steps,
             logged=logged,
             advantages=given,
+            completions=chunk.completions,
         )
 
     # -- layout --------------------------------------------------------------------------------------------
@@ -394,6 +422,20 @@ class DenseChunk:
             constant & (high == step_high.T[:, self.group_step]),
             constant & (low == step_low.T[:, self.group_step]),
         )
+
+    @cached_property
+    def equal_rewards(self) -> np.ndarray:
+        """``[G]`` groups whose reward vectors are all equal (every channel constant in the group)."""
+        high, low = self.member_extremes
+        return np.asarray((high == low).all(axis=0))
+
+    @cached_property
+    def identical_completions(self) -> np.ndarray | None:
+        """``[G]`` groups whose completions are all the same (one code), None without completion codes."""
+        if self.completions is None or self.completions.codes is None:
+            return None
+        codes = self.completions.codes.reshape(self.num_groups, self.g)
+        return np.asarray(codes.min(axis=1) == codes.max(axis=1))
 
     @cached_property
     def total_ss(self) -> np.ndarray:

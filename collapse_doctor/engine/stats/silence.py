@@ -12,6 +12,11 @@ constant there and equal to that channel's ``reward_max`` over the step's valid 
 (``all_fail_groups_{a}``) when every such channel sits at its ``reward_min``. The other silent groups are
 silent for another reason: constant at some middle value, or (GDPO) channel z-scores that cancel.
 
+Two causes of silence are told apart: ``silent_identical_groups_{a}`` counts the silent groups whose valid rows
+all have the same completion (a policy collapsed to one answer; NaN without completion text), and
+``silent_cancel_groups_{a}`` those whose reward vectors are not all equal (some channel varies within the group,
+so the channels cancel in the advantage: complementary channels under GRPO's sum, z-scores under GDPO).
+
 Run-level all-pass, "every channel at its run-wide maximum", is exact from these series: a step's
 ``all_pass_groups_{a}`` counts towards it only when the step's ``reward_max`` equals the run's maximum
 for every channel (a step whose maximum of some channel falls short has no group at that channel's run
@@ -53,7 +58,14 @@ ALGORITHMS = ("grpo", "gdpo")
 NAMES = tuple(
     f"{key}_{name}"
     for name in ALGORITHMS
-    for key in ("silent_groups", "zero_adv_rows", "all_pass_groups", "all_fail_groups")
+    for key in (
+        "silent_groups",
+        "zero_adv_rows",
+        "all_pass_groups",
+        "all_fail_groups",
+        "silent_identical_groups",
+        "silent_cancel_groups",
+    )
 )
 
 
@@ -67,6 +79,10 @@ def general(c: GeneralChunk) -> dict[str, Tensor]:
         all_top &= top[k] | ~has_value[k]
         all_bottom &= bottom[k] | ~has_value[k]
     single = rows == 1
+    varied = ~c.equal_rewards
+    identical = c.identical_completions
+    same_text = None if identical is None else torch.from_numpy(identical).to(c.device)
+    unknown = torch.full((c.num_steps,), float("nan"), dtype=torch.float64, device=c.device)
     out: dict[str, Tensor] = {}
     for name in ALGORITHMS:
         adv = getattr(c.input.advantages, name)  # never NaN (0 on rows without reward, left out here)
@@ -80,12 +96,17 @@ def general(c: GeneralChunk) -> dict[str, Tensor]:
         silent = c.eligible & (span < SILENT_SPAN)
         near_zero = c.group_sum((c.valid_row & (adv.abs() < SILENT_SPAN)).double())
         out.update(_counts(name, silent, single, rows, near_zero, all_top, all_bottom, c.steps_of_groups))
+        out[f"silent_identical_groups_{name}"] = (
+            unknown if same_text is None else c.steps_of_groups((silent & same_text).double())
+        )
+        out[f"silent_cancel_groups_{name}"] = c.steps_of_groups((silent & varied).double())
     return out
 
 
 def dense(c: DenseChunk) -> dict[str, np.ndarray]:
     top, bottom = c.constant_at
     all_top, all_bottom = top.all(axis=0), bottom.all(axis=0)
+    varied, same_text = ~c.equal_rewards, c.identical_completions
     out: dict[str, np.ndarray] = {}
     for name, adv in c.advantages.items():
         silent = (adv.max(axis=0) - adv.min(axis=0)) < SILENT_SPAN
@@ -94,6 +115,10 @@ def dense(c: DenseChunk) -> dict[str, np.ndarray]:
         out[f"zero_adv_rows_{name}"] = c.steps_sum(np.where(silent, c.g, near_zero))  # no group of one here
         out[f"all_pass_groups_{name}"] = c.steps_sum(silent & all_top)
         out[f"all_fail_groups_{name}"] = c.steps_sum(silent & all_bottom)
+        out[f"silent_identical_groups_{name}"] = (
+            np.full(c.num_steps, np.nan) if same_text is None else c.steps_sum(silent & same_text)
+        )
+        out[f"silent_cancel_groups_{name}"] = c.steps_sum(silent & varied)
     return out
 
 

@@ -531,7 +531,7 @@ class ParquetRun:
                 yield stack_chunk(batches)
             return
         cols = self.columns
-        read = [c for c in cols.source_columns if c != cols.completion_length]
+        read = cols.source_columns
         pending: list[pa.RecordBatch] = []
         rows, offset = 0, self._rows[0]
         path = self.files[-1]
@@ -590,9 +590,10 @@ class ParquetRun:
         num_groups = int(group_index.max()) + 1
         sizes = np.bincount(group_index, minlength=num_groups)
         self.notes.group_sizes.update(dict(zip(*np.unique(sizes, return_counts=True), strict=True)))
-        if cols.completion:
-            self.notes.duplicate_rows += _count_duplicates(table, group_index, cols)
-            self._count_repeats(table, group_index, step_index)
+        codes, lengths = completion_rows(table, cols)
+        if codes is not None:
+            self.notes.duplicate_rows += _count_duplicates(table, group_index, cols, codes)
+            self._count_repeats(table, group_index, step_index, codes)
         rewards = np.stack([to_float32(reward_array(table, r)) for r in cols.rewards], axis=1)
         self._check_rewards_late(rewards, table, path)
         logged = None
@@ -605,6 +606,8 @@ class ParquetRun:
             steps=steps[step_starts],
             num_groups=num_groups,
             logged=logged,
+            completion_codes=codes,
+            completion_lengths=lengths,
         )
 
     def _assemble(self, step: int, parts: list[tuple[np.ndarray, pa.RecordBatch]], path: Path) -> RolloutBatch:
@@ -620,9 +623,10 @@ class ParquetRun:
         advantage = to_float32(table.column(cols.advantage).combine_chunks()) if cols.advantage else None
         extra_names = [c for c in (cols.prompt, cols.completion, cols.completion_length) if c]
         extra = table.select(extra_names) if extra_names else None
-        if cols.completion:
-            self.notes.duplicate_rows += _count_duplicates(table, group_index, cols)
-            self._count_repeats(table, group_index, np.zeros(len(group_index), dtype=np.int64))
+        codes, lengths = completion_rows(table, cols)
+        if codes is not None:
+            self.notes.duplicate_rows += _count_duplicates(table, group_index, cols, codes)
+            self._count_repeats(table, group_index, np.zeros(len(group_index), dtype=np.int64), codes)
         return RolloutBatch(
             step=step,
             rewards=rewards,
@@ -632,10 +636,14 @@ class ParquetRun:
             group_keys=group_keys,
             advantage=advantage,
             extra=extra,
+            completion_codes=codes,
+            completion_lengths=lengths,
         )
 
-    def _count_repeats(self, table: pa.Table, group_index: np.ndarray, step_index: np.ndarray) -> None:
-        checked, repeated, rows = _repeated_groups(table, group_index, step_index, self.columns)
+    def _count_repeats(
+        self, table: pa.Table, group_index: np.ndarray, step_index: np.ndarray, completion_codes: np.ndarray
+    ) -> None:
+        checked, repeated, rows = _repeated_groups(table, group_index, step_index, self.columns, completion_codes)
         self.notes.groups_checked += checked
         self.notes.repeated_groups += repeated
         self.notes.repeated_group_rows += rows
@@ -696,11 +704,51 @@ def dense_codes(keys: pa.Array) -> np.ndarray:
     return np.asarray(encoded.indices.to_numpy(zero_copy_only=False), dtype=np.int64)
 
 
-def _count_duplicates(table: pa.Table, group_index: np.ndarray, cols: ColumnMap) -> int:
-    keys = {"_group": pa.array(group_index)}
-    for name in (cols.prompt, cols.completion):
-        if name:
-            keys[name] = table.column(name)
+def completion_rows(table: pa.Table, cols: ColumnMap) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """Per row of ``table``, the completion's code and its length: what the engine knows of the completions.
+
+    Codes come from one ``dictionary_encode`` of the completion column (equal text, equal code ``0..K-1`` in order
+    of first appearance; -1 for a null text, a value of its own); None without a completion column. Lengths
+    (float64) are the ``completion_length`` column (tokens) where there is one, else each text's length in
+    characters (taken from the dictionary, so no second pass over the text), NaN where unknown; None with
+    neither.
+
+    >>> t = pa.table({"completion": ["ab", None, "ab", "xyz"]})
+    >>> codes, lengths = completion_rows(t, ColumnMap("s", None, (), completion="completion"))
+    >>> codes.tolist(), lengths.tolist()
+    ([0, -1, 0, 1], [2.0, nan, 2.0, 3.0])
+    """
+    codes = lengths = None
+    if cols.completion:
+        column = table.column(cols.completion).combine_chunks()
+        encoded = pc.dictionary_encode(column)
+        codes = np.asarray(pc.fill_null(encoded.indices, -1).to_numpy(zero_copy_only=False), dtype=np.int64)
+        dictionary = encoded.dictionary
+        if cols.completion_length is None and (
+            pa.types.is_string(column.type) or pa.types.is_large_string(column.type)
+        ):
+            per_text = np.append(_as_float64(pc.utf8_length(dictionary)), np.nan)
+            lengths = per_text[np.where(codes >= 0, codes, len(dictionary))]
+    if cols.completion_length:
+        lengths = _as_float64(table.column(cols.completion_length).combine_chunks())
+    return codes, lengths
+
+
+def _as_float64(values: pa.Array) -> np.ndarray:
+    """Numbers as float64 (nulls, and values that are not numbers, NaN)."""
+    try:
+        values = pc.cast(values, pa.float64())
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return np.full(len(values), np.nan)
+    return np.asarray(values.to_numpy(zero_copy_only=False), dtype=np.float64)
+
+
+def _count_duplicates(table: pa.Table, group_index: np.ndarray, cols: ColumnMap, completion_codes: np.ndarray) -> int:
+    """Rows whose prompt and completion repeat an earlier row of their group (completions compared by code)."""
+    keys: dict[str, Any] = {"_group": pa.array(group_index)}
+    if cols.prompt:
+        keys[cols.prompt] = table.column(cols.prompt)
+    keys["_completion"] = pa.array(completion_codes)
     counts = pa.table(keys).group_by(list(keys)).aggregate([([], "count_all")])
     repeated = counts.column("count_all").to_numpy()
     return int(np.maximum(repeated - 1, 0).sum())
@@ -715,7 +763,7 @@ def _mix64(values: np.ndarray) -> np.ndarray:
 
 
 def _repeated_groups(
-    table: pa.Table, group_index: np.ndarray, step_index: np.ndarray, cols: ColumnMap
+    table: pa.Table, group_index: np.ndarray, step_index: np.ndarray, cols: ColumnMap, completion_codes: np.ndarray
 ) -> tuple[int, int, int]:
     """``(groups checked, groups repeating an earlier one, their rows)`` among the runs of consecutive rows of one
     group: a run counts as a repeat when an earlier run of the same step has the same prompt and completion texts
@@ -725,13 +773,11 @@ def _repeated_groups(
     if n < 2:
         return 0, 0, 0
     codes = np.zeros(n, dtype=np.int64)
-    for name in (cols.prompt, cols.completion):
-        if name:
-            column = table.column(name).combine_chunks()
-            encoded = pc.dictionary_encode(column)
-            indices = pc.fill_null(encoded.indices, -1)  # an empty text is a value of its own
-            part = np.asarray(indices.to_numpy(zero_copy_only=False), dtype=np.int64) + 1
-            codes = codes * (len(encoded.dictionary) + 2) + part
+    if cols.prompt:
+        encoded = pc.dictionary_encode(table.column(cols.prompt).combine_chunks())
+        indices = pc.fill_null(encoded.indices, -1)  # an empty text is a value of its own
+        codes = np.asarray(indices.to_numpy(zero_copy_only=False), dtype=np.int64) + 1
+    codes = codes * (int(completion_codes.max()) + 2) + completion_codes + 1  # completion codes: -1 for a null
     starts = np.concatenate([[0], np.flatnonzero(np.diff(group_index) != 0) + 1])
     lengths = np.diff(np.append(starts, n))
     position = np.arange(n) - np.repeat(starts, lengths)

@@ -29,6 +29,14 @@ EXACT = (
     "tied_pair_share_gdpo",
     "corr_rows",
     "corr_groups",
+    *(f"{key}_{a}" for a in ("grpo", "gdpo") for key in ("silent_identical_groups", "silent_cancel_groups")),
+    "completion_groups",
+    "identical_completion_groups",
+    "distinct_completion_share",
+    "equal_reward_groups",
+    "equal_reward_distinct_groups",
+    "completion_length_mean",
+    "completion_length_max",
 )
 """Counts (and shares of counts) that both paths must give bit for bit."""
 

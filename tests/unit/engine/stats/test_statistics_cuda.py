@@ -15,6 +15,7 @@ from collapse_doctor.engine.advantages import compute_advantages
 from collapse_doctor.engine.stats import ChunkInput, step_statistics
 from tests.helpers.paths import ROOT as REPO_ROOT
 from tests.helpers.stats_cases import make_case
+from tests.unit.engine.stats.test_completions import made_up_completions, with_completions
 from tests.unit.engine.stats.test_paths import EXACT
 
 pytestmark = [
@@ -30,12 +31,15 @@ def _on(chunk: ChunkInput, device: str) -> ChunkInput:
     r, gi, si, w = (t.to(device) for t in (chunk.rewards, chunk.group_index, chunk.step_index, chunk.weights))
     adv = compute_advantages(r, gi, weights=w, step_index=si)
     logged = chunk.logged.to(device) if chunk.logged is not None else None
-    return ChunkInput(r, gi, si, w, adv, chunk.num_groups, chunk.num_steps, logged)
+    return ChunkInput(r, gi, si, w, adv, chunk.num_groups, chunk.num_steps, logged, chunk.completions)
 
 
+@pytest.mark.parametrize("text", [False, True])
 @pytest.mark.parametrize("layout", ["dense", "messy"])
-def test_cuda_statistics_match_the_cpu(layout: str) -> None:
+def test_cuda_statistics_match_the_cpu(layout: str, text: bool) -> None:
     case = make_case(layout, channels=3, logged=True)
+    if text:  # completion codes and lengths stay NumPy arrays on the host
+        case = with_completions(case, *made_up_completions(case))
     cpu = step_statistics(_on(case.chunk, "cpu"))
     gpu = step_statistics(_on(case.chunk, "cuda"))
     assert list(gpu) == list(cpu)

@@ -1,0 +1,129 @@
+"""Completions: groups whose completions are all the same, groups whose rewards are, and completion lengths.
+
+A policy that collapsed to one answer per prompt and channels that cancel both leave a group without an
+advantage; the completions tell them apart. The reader hands each row's completion code (equal codes, equal
+text; a null text is a value of its own) and length (tokens, else characters) in
+:class:`~collapse_doctor.engine.stats.dense.CompletionRows`; both paths count on them with NumPy on the host.
+
+Over the groups with 2+ valid rows (``eligible_groups``): ``completion_groups`` is that support where the chunk
+has completion text (NaN without), ``identical_completion_groups`` the groups whose valid rows all have one
+completion, ``equal_reward_groups`` those whose valid rows have equal reward vectors (every channel constant,
+NaN in the same channels: from the rewards alone, so it exists without text) and
+``equal_reward_distinct_groups`` those with equal reward vectors but 2+ distinct completions (the rewards do not
+tell different answers apart). ``distinct_completion_share`` is the number of distinct completions among a step's
+valid rows over its valid rows (1.0: all different). ``completion_length_mean`` and ``completion_length_max`` are
+over the valid rows with a known length. Every series is NaN where what it needs is unknown. The silent groups'
+split by cause (``silent_identical_groups_*``, ``silent_cancel_groups_*``) is in
+:mod:`~collapse_doctor.engine.stats.silence`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from collapse_doctor.engine.stats.chunk import GeneralChunk
+from collapse_doctor.engine.stats.dense import CompletionRows, DenseChunk, ratio
+from collapse_doctor.engine.stats.kernels import to_host
+
+NAMES = (
+    "completion_groups",
+    "identical_completion_groups",
+    "distinct_completion_share",
+    "equal_reward_groups",
+    "equal_reward_distinct_groups",
+    "completion_length_mean",
+    "completion_length_max",
+)
+
+
+def general(c: GeneralChunk) -> dict[str, np.ndarray]:
+    eligible, equal = to_host(c.eligible), to_host(c.equal_rewards)
+    group_step = to_host(c.group_step)
+    _, step, valid = c.host_rows
+
+    def per_step(mask: np.ndarray) -> np.ndarray:
+        return np.bincount(group_step, weights=mask, minlength=c.num_steps).astype(np.float64)
+
+    return _series(per_step, eligible, equal, c.identical_completions, c.input.completions, valid, step, c.num_steps)
+
+
+def dense(c: DenseChunk) -> dict[str, np.ndarray]:
+    eligible = np.ones(c.num_groups, dtype=bool)  # groups of g >= 2 rows without NaN
+    valid = np.ones(c.num_rows, dtype=bool)
+    return _series(
+        c.steps_sum, eligible, c.equal_rewards, c.identical_completions, c.completions, valid, c.step_index, c.num_steps
+    )
+
+
+def _series(
+    per_step: Callable[[np.ndarray], np.ndarray],
+    eligible: np.ndarray,
+    equal: np.ndarray,
+    identical: np.ndarray | None,
+    rows: CompletionRows | None,
+    valid: np.ndarray,
+    step: np.ndarray,
+    num_steps: int,
+) -> dict[str, np.ndarray]:
+    """Every series from ``[G]`` masks (summed per step by ``per_step``) and the rows' completions."""
+    unknown = np.full(num_steps, np.nan)
+    equal = eligible & equal
+    out = {
+        "completion_groups": unknown,
+        "identical_completion_groups": unknown,
+        "distinct_completion_share": unknown,
+        "equal_reward_groups": per_step(equal),
+        "equal_reward_distinct_groups": unknown,
+        "completion_length_mean": unknown,
+        "completion_length_max": unknown,
+    }
+    codes = None if rows is None else rows.codes
+    if codes is not None and identical is not None:
+        out["completion_groups"] = per_step(eligible)
+        out["identical_completion_groups"] = per_step(eligible & identical)
+        out["equal_reward_distinct_groups"] = per_step(equal & ~identical)
+        out["distinct_completion_share"] = distinct_share(codes, valid, step, num_steps)
+    lengths = None if rows is None else rows.lengths
+    if lengths is not None:
+        out["completion_length_mean"], out["completion_length_max"] = length_stats(lengths, valid, step, num_steps)
+    return {k: np.asarray(v, dtype=np.float64) for k, v in out.items()}
+
+
+def distinct_share(codes: np.ndarray, valid: np.ndarray, step: np.ndarray, num_steps: int) -> np.ndarray:
+    """``[S]`` distinct codes among each step's valid rows over its valid rows (NaN for a step without any).
+
+    >>> distinct_share(np.array([3, 3, 5, 3, -1]), np.ones(5, bool), np.array([0, 0, 0, 1, 1]), 2).tolist()
+    [0.6666666666666666, 1.0]
+    """
+    step, codes = np.asarray(step, dtype=np.int64)[valid], codes[valid]
+    if len(codes) == 0:
+        return np.full(num_steps, np.nan)
+    span = int(codes.max()) + 2  # codes from -1 (a null text)
+    keys = np.sort(step * span + (codes + 1))  # np.sort and a diff: several times faster than np.unique
+    first = np.ones(len(keys) + 1, dtype=np.int64)
+    first[0] = 0
+    np.not_equal(keys[1:], keys[:-1], out=first[2:])  # 1 where a key differs from the previous one
+    np.cumsum(first, out=first)
+    ends = np.searchsorted(keys, np.arange(num_steps + 1, dtype=np.int64) * span)  # each step's keys, in order
+    found = first[ends[1:]] - first[ends[:-1]]
+    return ratio(found, np.bincount(step, minlength=num_steps))
+
+
+def length_stats(
+    lengths: np.ndarray, valid: np.ndarray, step: np.ndarray, num_steps: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """``[S]`` mean and max of the known lengths of each step's valid rows (NaN for a step without any).
+
+    >>> mean, top = length_stats(np.array([2.0, np.nan, 4.0, 1.0]), np.ones(4, bool), np.array([0, 0, 0, 1]), 2)
+    >>> mean.tolist(), top.tolist()
+    ([3.0, 1.0], [4.0, 1.0])
+    """
+    known = valid & ~np.isnan(lengths)
+    step, lengths = np.asarray(step, dtype=np.int64)[known], lengths[known]
+    count = np.bincount(step, minlength=num_steps)
+    mean = ratio(np.bincount(step, weights=lengths, minlength=num_steps), count)
+    top = np.full(num_steps, -np.inf)
+    np.maximum.at(top, step, lengths)
+    return mean, np.where(count > 0, top, np.nan)
