@@ -27,11 +27,27 @@ class AdvantageShape(Detector):
         a bimodal batch distribution (Sarle's bimodality coefficient above its cutoff on advantages
         that take many distinct values); heavy tails (excess kurtosis above the threshold). Group
         z-scores are bounded by (n-1)/sqrt(n), so heavy tails in recomputed advantages show up as
-        outlier-dominated groups rather than as large values. Few-valued advantages (binary rewards)
-        are bimodal by construction and are not judged on bimodality. Outlier groups are judged under
+        outlier-dominated groups rather than as large values. Outlier groups are judged under
         the run's own aggregation: when its advantages still spread the rest of such groups (std at
         least `squeezed_rest_std`, as GDPO's per-channel normalisation usually does), the finding is
-        only informational.
+        only informational. Outlier and lone-success groups need 4 or more completions: in a group of
+        2 a "lone success" is just a 1/0 pair, and a rest of one or two completions has no spread to
+        squeeze.
+
+        Bimodality and heavy tails are judged only on advantages whose values are not forced by the
+        layout, on steps that pass two tests. (1) The layout allows at least `min_support` distinct
+        advantage values per step. In a group of 2 whose rewards differ the group z-score is
+        +-|r_1 - r_2| / 2 / (|r_1 - r_2| / sqrt(2) + 1e-4), i.e. +-1/sqrt(2) (0.707) whatever the
+        rewards: GRPO advantages take 2 values, GDPO's fused sum of per-channel z-scores
+        sum_k w_k s_k / sqrt(2), s_k in {-1, 0, 1}, at most 3^C (its batch re-normalisation is affine),
+        counted with the run's weights (5 for two equally weighted channels). Such a histogram is two
+        spikes (or a small lattice) by construction and says nothing about outliers; with one binary
+        reward at group size 2 a step holds only -0.707, 0 and +0.707. (2) In a group whose totals
+        differ at least 2 advantages differ, so the distinct-value ratio per group is at least 2/n;
+        the mean of distinct values per completion over such groups must reach `min_distinct_ratio`.
+        That separates few-valued rewards at n >= 3 (a binary channel gives 2 values per group, a
+        ratio of 2/n <= 0.67; over the step 2(n-1) values, bimodal by construction) from rewards that
+        rank every completion; at n = 2 the ratio is 1 by construction, hence test (1).
 
     Why it matters
         In an outlier-dominated group one completion takes almost all of the group's advantage and
@@ -41,13 +57,14 @@ class AdvantageShape(Detector):
 
     Evidence
         Share of outlier-dominated groups, the spread (std) of the remaining completions' advantages
-        in those groups under GRPO and GDPO, bimodality coefficient, excess kurtosis, distinct-value
-        ratio.
+        in those groups under GRPO and GDPO, bimodality coefficient, excess kurtosis, distinct-value ratio.
 
     Remedy
         Clip or rescale the channel that produces the extreme rewards (or cap it with a bounded
         transform), inspect the outlier completions, or switch to GDPO, whose per-channel
-        normalisation bounds each channel's say in the group.
+        normalisation bounds each channel's say in the group. For bimodal advantages: rebalance the
+        channel that decides the signs (CD402); with a single channel, give it finer levels (partial
+        credit).
     """
 
     code = "CD201"
@@ -59,6 +76,7 @@ class AdvantageShape(Detector):
         "squeezed_rest_std": 0.5,
         "bimodality": 0.7,
         "min_distinct_ratio": 0.9,
+        "min_support": 10,
         "excess_kurtosis": 3.0,
     }
 
@@ -114,9 +132,12 @@ class AdvantageShape(Detector):
         findings += self._lone(ctx)
         bimodal = ctx.smooth(series[f"adv_bimodality_{alg}"])
         distinct = ctx.smooth(series[f"distinct_ratio_{alg}"])
-        condition = (bimodal > ctx.threshold(self.code, "bimodality")) & (
-            distinct >= ctx.threshold(self.code, "min_distinct_ratio")
+        # Shape is judged only where the values are not forced: the layout must allow enough of them per step
+        # (groups of 2 allow 2 under GRPO) and the groups must hold many (binary rewards at n >= 3: 2 per group).
+        many_valued = (distinct >= ctx.threshold(self.code, "min_distinct_ratio")) & (
+            forced_support(series, ctx.run.weights, alg) >= ctx.threshold(self.code, "min_support")
         )
+        condition = (bimodal > ctx.threshold(self.code, "bimodality")) & many_valued
         stretch = ctx.sustained(condition)
         if stretch is not None:
             window = ctx.window(stretch)
@@ -137,7 +158,11 @@ class AdvantageShape(Detector):
                     ),
                     evidence={f"bimodality_{alg}": value, f"bimodality_{other}": value_other},
                     remedy=Remedy.join(
-                        "see which channel dominates (CD402) and rebalance its weight",
+                        (
+                            "see which channel dominates (CD402) and rebalance its weight"
+                            if len(series.channels) > 1
+                            else "the single reward is coarse: give it finer levels (partial credit)"
+                        ),
                         switch_remedy(ctx, resolves_bimodal),
                     ),
                     gdpo_resolves=gdpo_counterfactual(ctx, resolves_bimodal),
@@ -146,10 +171,7 @@ class AdvantageShape(Detector):
         kurt = ctx.smooth(series[f"adv_kurtosis_{alg}"])
         # Few-valued advantages (bounded, binary rewards) get their tails from lone successes and failures, which is
         # how GRPO learns from them: heavy tails are judged only on advantages that take many values.
-        stretch = ctx.sustained(
-            (kurt > ctx.threshold(self.code, "excess_kurtosis"))
-            & (distinct >= ctx.threshold(self.code, "min_distinct_ratio"))
-        )
+        stretch = ctx.sustained((kurt > ctx.threshold(self.code, "excess_kurtosis")) & many_valued)
         if stretch is not None:
             window = ctx.window(stretch)
             value = nanmedian(series[f"adv_kurtosis_{alg}"][window])
@@ -212,6 +234,41 @@ class AdvantageShape(Detector):
                 gdpo_resolves=gdpo_counterfactual(ctx, resolves),
             )
         ]
+
+
+PAIR_SUPPORT_CAP = 1_000
+"""Stop counting a group-of-2 GDPO lattice once it holds this many values (far above any ``min_support``)."""
+
+
+def forced_support(series: RunSeries, weights: Mapping[str, float], algorithm: str) -> np.ndarray:
+    """Per step, the most distinct advantage values the layout allows over the rows of groups with signal.
+
+    Bounded only where every group has at most 2 valid rows (``group_size_max <= 2``): such a group's z-score
+    is +-1/sqrt(2) whatever the rewards, so GRPO advantages take 2 values and GDPO's fused sum
+    ``sum_k w_k s_k / sqrt(2)`` (``s_k`` in {-1, 0, 1}; a constant or NaN channel gives 0) at most the distinct
+    values of that sum, which batch re-normalisation maps one to one. ``inf`` elsewhere: with 3+ rows the support
+    depends on the reward levels (the distinct-value ratio judges it).
+
+    >>> series = RunSeries(np.arange(3), ("a", "b"), [("a", "b")], {"group_size_max": np.array([2.0, 2.0, 8.0])})
+    >>> forced_support(series, {}, "grpo").tolist(), forced_support(series, {}, "gdpo").tolist()
+    ([2.0, 2.0, inf], [5.0, 5.0, inf])
+    >>> forced_support(series, {"a": 1.0, "b": 0.7}, "gdpo").tolist()
+    [9.0, 9.0, inf]
+    """
+    pairs_only = series["group_size_max"] <= 2
+    if algorithm == "grpo":
+        bound = 2.0
+    else:
+        # An equal-weight lattice is coarser than an unequal one: (1, 1) gives 0, +-1, +-2 (times 1/sqrt(2)).
+        values = {0.0}
+        for channel in series.channels:
+            w = float(weights.get(channel, 1.0))
+            values = {round(v + s * w, 9) for v in values for s in (-1.0, 0.0, 1.0)}
+            if len(values) > PAIR_SUPPORT_CAP:
+                break
+        bound = float(len(values))
+    with np.errstate(invalid="ignore"):
+        return np.where(pairs_only, bound, np.inf)
 
 
 def _heavy_tailed_channels(series: RunSeries, window: slice) -> tuple[str, ...]:
