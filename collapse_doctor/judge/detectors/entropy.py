@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
@@ -20,44 +21,104 @@ from collapse_doctor.judge.detectors.scalar_base import (
     MIN_POINTS,
     ScalarDetector,
     fall_start,
-    holds_at_end,
+    finite_points,
     level_points,
     logged_series,
-    mean_within,
     points_within,
     support,
     tag_of,
     trend_evidence,
 )
-from collapse_doctor.judge.detectors.trends import level_noise, trend_test
+from collapse_doctor.judge.detectors.trends import level_noise, noise_sigma, trend_test
 
 ENTROPY_BONUS = ChangeSetting("entropy_coef", "raise")
 EXPLORE = (HOTTER, ENTROPY_BONUS, CLIP_HIGHER, LOWER_LR)
 """An entropy collapse: sample more widely, reward entropy, let unlikely tokens rise, or move the policy slower."""
 
 
+CURRENT_SHARE = 0.1
+"""The current window: the last 10% of a series' points (at least the persistence window, at least 3 points)."""
+
+
+@dataclass(frozen=True)
+class RewardLevels:
+    """The training reward (or the sum of the channel means) early, at the entropy's fall onset and now."""
+
+    source: str
+    early: float
+    onset: float
+    now: float
+    noise_early: float
+    noise_onset: float
+    points: int
+
+    @property
+    def rising(self) -> bool:
+        """Above both its early level and its level at the onset by more than the noise of each difference.
+
+        >>> RewardLevels("`train/reward`", 0.76, 0.15, 0.25, 0.02, 0.02, 100).rising  # back up from a dip only
+        False
+        >>> RewardLevels("`train/reward`", 0.2, 0.25, 0.9, 0.02, 0.02, 100).rising
+        True
+        """
+        return bool(self.now - self.early > self.noise_early and self.now - self.onset > self.noise_onset)
+
+    @property
+    def noise(self) -> float:
+        return max(self.noise_early, self.noise_onset)
+
+    def evidence(self) -> dict[str, Any]:
+        return {
+            "reward_source": self.source,
+            "reward_early": self.early,
+            "reward_onset": self.onset,
+            "reward_now": self.now,
+            "reward_noise": self.noise,
+            "reward_points": self.points,
+        }
+
+
 @register
 class EntropyCollapse(ScalarDetector):
-    """The policy's entropy falls fast and stays down while the reward does not rise (scalar logs).
+    """The policy's entropy falls to a small fraction of its early level without a reward gain (scalar logs).
 
     What it detects
-        The logged token entropy (TRL `entropy`, verl `actor/entropy`, NeMo-RL `approx_entropy`),
-        smoothed, falling below a fraction of its early level and staying there, while the training
-        reward did not rise over the fall. Entropy that falls while the reward rises (and has not fallen
-        back) is convergence: the policy commits to what earns the reward; it is not reported.
+        The logged token entropy (TRL `entropy`, verl `actor/entropy`, NeMo-RL `approx_entropy`). Its early
+        level is the median of its first 10% of points (at least the persistence window); its current level
+        the median of its last 10% (the current window, at least the persistence window). It fires when the
+        smoothed entropy stayed at or below `warn_ratio` of the early level for a persistence window and the
+        training reward did not rise over the same stretch. The reward is the `reward` series (else the sum
+        of the per-channel means at the steps that log them all); it rose when its median over the current
+        window is above both its median over the early window and its median over the persistence window
+        before the fall onset (the last point where the entropy stood at 90% of its early level) by more than
+        the noise of each difference (twice the standard error of a difference of two medians, from the
+        reward's point-to-point changes). Entropy that falls while the reward rises is convergence (a policy
+        that commits to what earns the reward): it is not reported. A reward now below where the run started
+        has not risen, even if it climbed back a little from a dip at the onset.
+
+        Graded on the current window: still collapsed there (current level at or below `warn_ratio` of the
+        early level) is a warning, critical when the zero-std share (TRL `frac_reward_zero_std`) also rose
+        over the stretch (its mean over the current window above its mean over the early window by at least
+        `zero_std_rise`): the collapse now costs the gradient. A collapse that ended (entropy back above the
+        fraction in the current window) is information, "recovered at step N", with its steps (its reward is
+        judged at the end of the fall, the same way; a collapse with a reward gain is not reported). Needs
+        `min_points` finite entropy points (fewer: not judged, listed as skipped); the reward and the zero-std
+        share are used when they have `min_points` points.
 
     Why it matters
         Entropy that collapses without a reward gain means the policy samples nearly the same completion
         for every prompt for no return: groups stop disagreeing, advantages go to 0 and exploration stops.
         It often follows a reward channel that is easy to game (a format check) pulling every completion
         toward one template. Low entropy on its own does not remove the gradient, so the finding is a
-        warning; it is critical only when the log also shows most rollouts with zero advantage (the
-        zero-std share, CD504's series, above `critical_zero_std_share` over the same stretch).
+        warning; together with a rising share of silent groups (zero reward std, zero advantage) the
+        gradient is going with it, and it is critical.
 
     Evidence
-        The raw entropy tag, early level, level now and the ratio, the logged steps the fall took (from
-        90% to the threshold of the early level), the training reward before the fall and at its end,
-        the zero-std share over the stretch when logged, and the points they rest on.
+        The raw entropy tag, its early and current level with the points each rests on, their ratio and the
+        fraction, the fall onset and the steps the fall took (from 90% of the early level to the fraction),
+        the training reward early, at the onset and now with its noise floor and source, the zero-std share
+        early and now when logged, and for a collapse that ended its level while it held (`low`) and the step it
+        recovered at (`recovered_step`).
 
     Remedy
         Raise the sampling temperature or add an entropy bonus, lower the learning rate, clip higher
@@ -69,8 +130,7 @@ class EntropyCollapse(ScalarDetector):
     default_severity = Severity.WARNING
     thresholds: ClassVar[Mapping[str, float]] = {
         "warn_ratio": 0.3,
-        "critical_ratio": 0.1,
-        "critical_zero_std_share": 0.8,
+        "zero_std_rise": 0.3,
         "min_points": MIN_POINTS,
     }
 
@@ -78,54 +138,102 @@ class EntropyCollapse(ScalarDetector):
         found = self.series(ctx, S.ENTROPY)
         if found is None:
             return []
-        relative = self.relative_to_early(ctx, found.values)
-        if relative is None:
+        steps, values = level_points(found)
+        n = len(values)
+        persist = self.persistence(ctx, n)
+        head = self._window(ctx, n)
+        early = nanmedian(values[:head])
+        if not (np.isfinite(early) and early > 0):
             return []
-        early, ratio = relative
-        persist = self.persistence(ctx, len(found.values))
-        low = ratio < ctx.threshold(self.code, "warn_ratio")
-        stretch = persistent_onset(low, persist)
-        if stretch is None or not holds_at_end(low, persist):
-            return []  # never fell, or recovered
+        fraction = float(ctx.threshold(self.code, "warn_ratio"))
+        with np.errstate(invalid="ignore"):
+            ratio = self.smooth(ctx, values) / early
+        stretch = persistent_onset(ratio <= fraction, persist)
+        if stretch is None:
+            return []  # never at the fraction for a persistence window
         start, end = stretch
-        now = self.settled_level(found.values, stretch, persist)
-        fall_from = int(found.steps[fall_start(ratio, start)])
-        trend = self.reward_trend(ctx, fall_from, int(found.steps[end]))
-        if trend is not None and trend.rising:
-            return []  # entropy falls while the reward rises: convergence, not collapse
+        tail = n - self._window(ctx, n)
+        now = nanmedian(values[tail:])
+        ongoing = now <= fraction * early
+        if not ongoing and end == n - 1:
+            # low again for a persistence window at the very end, not yet most of the current window
+            now, ongoing = self.settled_level(values, stretch, persist), True
+        onset = fall_start(ratio, start)
+        fall_from, first, last = int(steps[onset]), int(steps[start]), int(steps[end])
+        # the levels compared: the current window while it holds, else the last persistence window of the fall
+        now_from = steps[tail] if ongoing else steps[max(start, end - persist + 1)]
+        now_to = steps[-1] if ongoing else steps[end]
+        reward = self._reward(ctx, steps[head - 1], steps[onset], now_from, now_to)
+        if reward is not None and reward.rising:
+            return []  # entropy fell while the reward rose: convergence, not collapse
+        tag = tag_of(ctx, S.ENTROPY)
+        low = now if ongoing else nanmedian(values[start : end + 1])  # the collapse's level while it held
         evidence: dict[str, Any] = {
-            "tag": tag_of(ctx, S.ENTROPY),
+            "tag": tag,
             "early": early,
+            "early_points": head,
             "now": now,
+            "now_points": n - tail,
             "ratio": now / early,
-            "fall_steps": int(found.steps[start]) - fall_from,
+            "fraction": fraction,
+            "fall_from_step": fall_from,
+            "fall_steps": first - fall_from,
         } | support(len(found.steps), stretch)
         message = (
-            f"entropy (`{tag_of(ctx, S.ENTROPY)}`, {len(found.steps)} points) fell from {early:.3g} to {now:.3g} "
-            f"({pct(now / early)} of its early level) between step {fall_from} and step {int(found.steps[start])}, "
-            "and stayed down"
+            f"entropy (`{tag}`, {len(found.steps)} points) fell from {early:.3g} (median of its first {head} points)"
         )
-        if trend is not None:
-            evidence |= trend.evidence()
-            message += f", while the training reward went from {trend.before:.3g} to {trend.after:.3g} (not rising)."
+        if ongoing:
+            message += (
+                f" to {now:.3g} (median of its last {n - tail} points): {_share(now / early)} of its early level, "
+                f"at or below the fraction {pct(fraction)} since step {first} (the fall began at step {fall_from})"
+            )
+        else:
+            recovered = int(steps[end + 1])
+            evidence |= {"low": low, "recovered_step": recovered}
+            message += (
+                f" to {low:.3g} ({_share(low / early)} of its early level, at or below the fraction {pct(fraction)}) "
+                f"at steps {first}-{last} (the fall began at step {fall_from}) and recovered at step {recovered}: it "
+                f"stands at {now:.3g} over its last {n - tail} points ({_share(now / early)})"
+            )
+        if reward is not None:
+            evidence |= reward.evidence()
+            message += (
+                f", while the training reward ({reward.source}) went from {reward.early:.3g} early and "
+                f"{reward.onset:.3g} at the onset to {reward.now:.3g} {'now' if ongoing else 'at the end of the fall'} "
+                f"(not rising: not above both by more than its noise, {reward.noise:.2g})."
+            )
         else:
             message += " (no reward series to tell convergence from collapse)."
-        zero_share = self._zero_std_share(ctx, int(found.steps[start]), int(found.steps[end]))
         critical = False
-        if zero_share is not None:
-            evidence["zero_std_share"] = zero_share
-            critical = now / early < ctx.threshold(self.code, "critical_ratio") and zero_share > ctx.threshold(
-                self.code, "critical_zero_std_share"
-            )
+        zero = self._zero_std(ctx, steps[head - 1], steps[tail] if ongoing else steps[start], now_to)
+        if zero is not None:
+            zero_early, zero_now, zero_points = zero
+            evidence |= {"zero_std_share_early": zero_early, "zero_std_share": zero_now, "zero_std_points": zero_points}
+            rise = ctx.threshold(self.code, "zero_std_rise")
+            critical = ongoing and zero_now - zero_early >= rise
             zero_tag = tag_of(ctx, S.ZERO_STD_SHARE)
-            message += f" Over the same steps {pct(zero_share)} of rollouts had zero advantage (`{zero_tag}`)."
+            message += (
+                f" The zero-std share (`{zero_tag}`) went from {pct(zero_early)} early to {pct(zero_now)} "
+                f"{'now' if ongoing else 'over the fall'}"
+                + (f": silent groups rose with the collapse (by {pct(rise)} or more)." if critical else ".")
+            )
+        if ongoing:
+            severity = Severity.CRITICAL if critical else Severity.WARNING
+            title = (
+                "entropy collapsed without a reward gain, with silent groups rising"
+                if critical
+                else "entropy collapsed without a reward gain"
+            )
+        else:
+            severity = Severity.INFO
+            title = f"entropy collapsed at steps {first}-{last} without a reward gain, recovered at step {recovered}"
         return [
             self.finding(
                 ctx,
                 stretch,
-                steps=found.steps,
-                severity=Severity.CRITICAL if critical else Severity.WARNING,
-                title="entropy collapsed without a reward gain",
+                steps=steps,
+                severity=severity,
+                title=title,
                 message=message,
                 evidence=evidence,
                 remedy=Remedy(
@@ -136,8 +244,101 @@ class EntropyCollapse(ScalarDetector):
             )
         ]
 
-    def _zero_std_share(self, ctx: DetectionContext, first: int, last: int) -> float | None:
-        return mean_within(self.optional(ctx, S.ZERO_STD_SHARE), first, last)
+    def _window(self, ctx: DetectionContext, n: int) -> int:
+        """Points in the early and the current window: 10% of them, at least the persistence window and 3."""
+        return min(n, max(self.persistence(ctx, n), math.ceil(CURRENT_SHARE * n), 3))
+
+    def _reward(
+        self, ctx: DetectionContext, early_end: float, onset: float, now_from: float, now_to: float
+    ) -> RewardLevels | None:
+        """The reward's levels: over the entropy's early window (steps up to ``early_end``), over the persistence
+        window before ``onset``, and from ``now_from`` to ``now_to``; ``None`` without a reward series."""
+        series = reward_points(ctx, self.minimum(ctx))
+        if series is None:
+            return None
+        source, r_steps, r_values = series
+        w = max(3, self.persistence(ctx, len(r_values)))
+        early = r_values[r_steps <= early_end]
+        early = early if len(early) else r_values[:w]
+        before = r_values[r_steps <= onset][-w:]
+        before = before if len(before) else r_values[:w]
+        now = r_values[(r_steps >= now_from) & (r_steps <= now_to)]
+        now = now if len(now) else r_values[r_steps <= now_to][-w:]
+        if not len(now):
+            return None
+        sigma = noise_sigma(r_values)
+
+        def noise(a: np.ndarray, b: np.ndarray) -> float:
+            return max(2 * 1.2533 * sigma * math.sqrt(1 / len(a) + 1 / len(b)), 1e-12)
+
+        return RewardLevels(
+            source,
+            nanmedian(early),
+            nanmedian(before),
+            nanmedian(now),
+            noise(early, now),
+            noise(before, now),
+            len(r_values),
+        )
+
+    def _zero_std(
+        self, ctx: DetectionContext, early_end: float, now_from: float, now_to: float
+    ) -> tuple[float, float, int] | None:
+        """The zero-std share's mean over the early window and from ``now_from`` to ``now_to``, and its points
+        (``None`` when it is not logged with enough points). Means: a share over few groups moves in quanta,
+        and TRL's GDPO flag is 0 or 1 per step."""
+        found = self.optional(ctx, S.ZERO_STD_SHARE)
+        if found is None:
+            return None
+        z_steps, z_values = finite_points(found)
+        early = z_values[z_steps <= early_end]
+        now = z_values[(z_steps >= now_from) & (z_steps <= now_to)]
+        if not len(early) or not len(now):
+            return None
+        return float(np.mean(early)), float(np.mean(now)), len(z_values)
+
+
+def _share(ratio: float) -> str:
+    """A ratio as a percentage, with two decimals below 1% (a collapse to 0.5% is not "0%").
+
+    >>> _share(0.3), _share(0.0047)
+    ('30%', '0.47%')
+    """
+    return pct(ratio) if not math.isfinite(ratio) or ratio >= 0.01 else f"{ratio:.2%}"
+
+
+def reward_points(ctx: DetectionContext, minimum: int) -> tuple[str, np.ndarray, np.ndarray] | None:
+    """The training reward's finite points and where they come from: the ``reward`` series, else the sum of the
+    per-channel means at the steps where every channel logged one (each with at least ``minimum`` points).
+
+    ``None`` when neither has ``minimum`` points.
+    """
+    reward = logged_series(ctx, S.REWARD)
+    if reward is not None:
+        steps, values = finite_points(reward)
+        if len(values) >= minimum:
+            return f"`{tag_of(ctx, S.REWARD)}`", steps, values
+    if ctx.scalars is None:
+        return None
+    named = [
+        (c, finite_points(ctx.scalars.series[S.CHANNEL_MEAN + c]))
+        for c in ctx.scalars.channels
+        if S.CHANNEL_MEAN + c in ctx.scalars
+    ]
+    named = [(c, p) for c, p in named if len(p[1]) >= minimum]
+    if not named:
+        return None
+    parts = [p for _, p in named]
+    common = parts[0][0]
+    for steps, _ in parts[1:]:
+        common = np.intersect1d(common, steps)
+    if len(common) < minimum:
+        return None
+    total = np.zeros(len(common))
+    for steps, values in parts:
+        total += values[np.searchsorted(steps, common)]
+    names = ", ".join(f"`{tag_of(ctx, S.CHANNEL_MEAN + c)}`" for c, _ in named)
+    return f"the sum of the channel means {names}", common, total
 
 
 @register

@@ -94,7 +94,9 @@ def test_entropy_collapse_after_the_reward_fell_back_is_reported(tmp_path: Path)
 
 def test_entropy_collapse_without_a_reward_series_is_judged_on_entropy(tmp_path: Path) -> None:
     series = trl_series(train__entropy=after(90, 0.8, 0.05))
-    del series["train/reward"]
+    # no reward at all: CD503 falls back to the per-channel means when `reward` is missing, so drop them too
+    for tag in ("train/reward", "train/rewards/format_reward/mean", "train/rewards/correct_reward/mean"):
+        del series[tag]
     write_events(tmp_path / "run", series)
     found = of_code(scan(tmp_path), "CD503")
     assert len(found) == 1 and "no reward series" in found[0].message
