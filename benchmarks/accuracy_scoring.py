@@ -26,10 +26,12 @@ SEVERITY_RANK: dict[str, int] = {"info": 1, "warning": 2, "critical": 3, "error"
 CODE_ALIASES: dict[str, tuple[str, ...]] = {
     "SPARSE": ("CD103", "SPARSE"),
     "TRUNCATION": ("CD104", "TRUNCATION"),
-    "CD103": ("CD103", "SPARSE"),
+    "CD105": ("CD105", "MODE_COLLAPSE"),
+    "MODE_COLLAPSE": ("CD105", "MODE_COLLAPSE"),
     "CD104": ("CD104", "TRUNCATION"),
 }
-"""The corpus's placeholder codes and the codes that replace them (a finding under either name counts)."""
+"""The corpus's placeholder codes and the codes that replace them (a finding under either name counts). CD105 is
+"mode collapse" (most groups of the last window hold identical completions); CD103 the sparse channel."""
 
 SIGNAL_KEYS: dict[str, tuple[str, ...]] = {
     "zero_advantage_share": ("zero_advantage_rollout_share", "zero_advantage_share"),
@@ -53,6 +55,14 @@ _NAMED_LOWER = re.compile(r"(?:lower|reduce|decrease)\s+`([^`]+)`'?s?\s+weight",
 _NAMED_DROP = re.compile(r"\bdrop\s+`([^`]+)`", re.IGNORECASE)
 _GENERIC_LOWER = re.compile(r"\b(?:lower|reduce|decrease)\b[^.;`]*\bweight|\bdrop\b", re.IGNORECASE)
 _WEIGHTS_FLAG = re.compile(r"--weights[ =]+([^\s)]+)")
+GDPO_DYNAMIC = re.compile(r"--algo\s+gdpo-dynamic|\bgdpo-dynamic\b|dynamic(?:[- ]channel)?\s+weights", re.IGNORECASE)
+"""Remedy text proposing per-step adaptive channel weights (a reweighting, GDPO-based)."""
+_REWEIGHT = re.compile(
+    r"\bre-?weight\w*|\b(?:lower|raise|reduce|increase|decrease|change|adjust|rebalance|tune|set)\b[^.;`]*\bweights?\b"
+    r"|--weights[ =]",
+    re.IGNORECASE,
+)
+"""Remedy text proposing to change channel weights (named or not)."""
 _NEGATION = re.compile(r"\b(?:not|never|don't|avoid|instead\s+of|rather\s+than)\b", re.IGNORECASE)
 _CLAUSE_END = re.compile(r"[.;:!?]")
 
@@ -429,6 +439,67 @@ def remedy_contradictions(diagnosis: Mapping[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
+def proposed_kinds(finding: Mapping[str, Any]) -> set[str]:
+    """What a finding's remedy proposes, among ``weight`` (change channel weights) and ``aggregation`` (switch to
+    GDPO or gdpo-dynamic): from its typed ``actions`` (``findings[].actions``) and from the remedy text; a proposal
+    negated in its clause does not count.
+
+    >>> sorted(proposed_kinds({"remedy": "switch to GDPO: collapse-doctor retrain --algo gdpo"}))
+    ['aggregation']
+    >>> sorted(proposed_kinds({"actions": [{"kind": "weight", "channel": "f", "weight": 0.2}]}))
+    ['weight']
+    >>> sorted(proposed_kinds({"remedy": "lower the learning rate; do not reweight the channels or switch to GDPO"}))
+    []
+    """
+    kinds = set()
+    for action in finding.get("actions") or []:
+        if isinstance(action, Mapping) and action.get("kind") in ("weight", "aggregation"):
+            if action["kind"] == "aggregation" and str(action.get("algorithm", "")).lower() == "grpo":
+                continue
+            kinds.add(str(action["kind"]))
+    remedy = str(finding.get("remedy") or "")
+    if _affirmed(GDPO_SWITCH, remedy) or _affirmed(GDPO_DYNAMIC, remedy):
+        kinds.add("aggregation")
+    if _affirmed(_REWEIGHT, remedy) or _affirmed(_NAMED_LOWER, remedy):
+        kinds.add("weight")
+    return kinds
+
+
+def forbidden_remedies(expected: Mapping[str, Any], diagnosis: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Findings whose remedy proposes what the manifest's ``forbid_remedies`` rules out for their code.
+
+    Each rule: ``{"codes": [...], "kinds": ["weight", "aggregation"], "why": ...}`` (a code's aliases count).
+
+    >>> rules = {"forbid_remedies": [{"codes": ["CD105"], "kinds": ["aggregation", "weight"]}]}
+    >>> scan = {"findings": [{"code": "CD105", "severity": "critical", "remedy": "switch to GDPO"}]}
+    >>> [(r["code"], r["kind"]) for r in forbidden_remedies(rules, scan)]
+    [('CD105', 'forbidden_remedy')]
+    """
+    rules = [r for r in expected.get("forbid_remedies") or [] if isinstance(r, Mapping)]
+    out = []
+    for f in _findings(diagnosis) if rules else []:
+        if f.get("severity") == "error":
+            continue
+        for rule in rules:
+            codes = {name for code in rule.get("codes") or [] for name in code_names(str(code))}
+            if f.get("code") not in codes:
+                continue
+            hit = sorted(proposed_kinds(f) & {str(k) for k in rule.get("kinds") or []})
+            if hit:
+                out.append(
+                    {
+                        "code": f.get("code"),
+                        "channels": f["channels"],
+                        "kind": "forbidden_remedy",
+                        "detail": f"remedy proposes {' and '.join(hit)} change(s), forbidden for this run "
+                        "(no reward varies in its silent groups)",
+                        "remedy": str(f.get("remedy") or ""),
+                    }
+                )
+                break
+    return out
+
+
 # ---------------------------------------------------------------------------------------------------
 # one run
 
@@ -494,7 +565,7 @@ def score_run(entry: Mapping[str, Any], diagnosis: Mapping[str, Any] | None) -> 
         "signal_budget": _score_signal(expected, diagnosis),
         "gdpo_resolves": _score_gdpo(expected, findings, expect_rows),
         "weights": _score_weights(expected, diagnosis),
-        "remedy_contradictions": remedy_contradictions(diagnosis),
+        "remedy_contradictions": remedy_contradictions(diagnosis) + forbidden_remedies(expected, diagnosis),
     }
     score["failures"] = failures(score)
     return score
@@ -683,6 +754,7 @@ def totals(scores: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
             "n": len(contradictions),
             "gdpo_unresolved": sum(1 for c in contradictions if c["kind"] == "gdpo_unresolved"),
             "lower_floor": sum(1 for c in contradictions if c["kind"] == "lower_floor"),
+            "forbidden_remedy": sum(1 for c in contradictions if c["kind"] == "forbidden_remedy"),
             "runs_without_channel_states": sum(1 for s in scores if not s.get("channel_states_reported")),
         },
         "channel_states": {"n": len(states), "ok": _count(states, "ok"), "not_reported": _count(states, "n/a")},
