@@ -184,16 +184,31 @@ class Diagnosis:
 
 
 def signal_sentence(signal: Mapping[str, Any] | None) -> str:
-    """The signal budget in words: ``"31% of rollouts gave no gradient under GRPO (24% of groups all-pass, ...)"``.
+    """The signal budget in words: ``"31% of rollouts gave no gradient under GRPO (24% of groups all-pass, ...)"``;
+    a collapse to one completion is named first.
 
     >>> signal_sentence({"algorithm": "grpo", "zero_advantage_rollout_share": 0.31, "all_pass_group_share": 0.24,
     ...     "all_fail_group_share": 0.05})
     '31% of rollouts gave no gradient under GRPO (24% of groups all-pass, 5% all-fail)'
+    >>> signal_sentence({"algorithm": "grpo", "zero_advantage_rollout_share": 0.9, "all_pass_group_share": 0.88,
+    ...     "all_fail_group_share": 0.0, "silent_causes": {"identical_completions": 0.87, "all_pass": 0.01,
+    ...     "all_fail": 0.0}})
+    '90% of rollouts gave no gradient under GRPO (87% of groups one completion repeated, 1% all-pass, 0% all-fail)'
     """
     if signal is None:
         return "no rollouts: the signal budget needs them"
+    causes = signal.get("silent_causes") or {}
+    repeated = causes.get("identical_completions")
+    if repeated:
+        split = (
+            f"{pct(repeated)} of groups one completion repeated, {pct(causes.get('all_pass'))} all-pass, "
+            f"{pct(causes.get('all_fail'))} all-fail"
+        )
+    else:
+        split = (
+            f"{pct(signal['all_pass_group_share'])} of groups all-pass, {pct(signal['all_fail_group_share'])} all-fail"
+        )
     return (
         f"{pct(signal['zero_advantage_rollout_share'])} of rollouts gave no gradient under "
-        f"{str(signal['algorithm']).upper()} ({pct(signal['all_pass_group_share'])} of groups all-pass, "
-        f"{pct(signal['all_fail_group_share'])} all-fail)"
+        f"{str(signal['algorithm']).upper()} ({split})"
     )

@@ -95,6 +95,16 @@ _CATALOGUE = (
                 f"Silent ({label}) groups whose valid rows all have the same completion (NaN without text).",
             ),
             SeriesSpec(
+                f"identical_pass_groups_{name}",
+                "run",
+                f"Of silent_identical_groups_{name}: also all-pass (every channel at its step reward_max).",
+            ),
+            SeriesSpec(
+                f"identical_fail_groups_{name}",
+                "run",
+                f"Of silent_identical_groups_{name}: also all-fail (every channel at its step reward_min).",
+            ),
+            SeriesSpec(
                 f"silent_cancel_groups_{name}",
                 "run",
                 f"Silent ({label}) groups where some channel varies (reward vectors differ: the channels cancel).",
@@ -102,6 +112,18 @@ _CATALOGUE = (
         )
     ),
     # completions
+    SeriesSpec(
+        "length_reward_sxy",
+        "channel",
+        "Within-group sum of (length - group mean) x (reward - group mean), rows with both known (groups of 2+).",
+    ),
+    SeriesSpec(
+        "length_sxx", "channel", "Within-group sum of squared length deviations (rows where the channel is known)."
+    ),
+    SeriesSpec("length_reward_syy", "channel", "Within-group sum of squared reward deviations (rows with a length)."),
+    SeriesSpec(
+        "length_groups", "channel", "Groups whose completion lengths vary (the support of the length correlation)."
+    ),
     SeriesSpec(
         "completion_groups", "run", "Groups (2+ valid rows) with completion text (the support; NaN without text)."
     ),

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -41,7 +42,13 @@ def steps_at_extreme(series: RunSeries, how: str) -> np.ndarray:
 
 @dataclass(frozen=True)
 class SignalBudget:
-    """Shares of a stretch of a run (all of it by default) under one algorithm, with their support."""
+    """Shares of a stretch of a run (all of it by default) under one algorithm, with their support.
+
+    The silent groups are split by cause, exclusively, in this order: one completion repeated (a collapsed
+    policy; known only where the rollouts carry completion text), all-pass, all-fail, equal reward vectors from
+    different completions (the reward cannot tell them apart), and channels that cancel (some channel varies, the
+    advantage does not).
+    """
 
     algorithm: str
     zero_advantage_rollout_share: float
@@ -52,19 +59,56 @@ class SignalBudget:
     all_fail_group_share: float
     rollouts: int
     groups: int
+    identical_group_share: float | None = None
+    """Silent groups whose members all wrote the same completion (``None``: the rollouts carry no text)."""
+    identical_pass_group_share: float = 0.0
+    """Of those, the all-pass ones (so that the causes are exclusive)."""
+    identical_fail_group_share: float = 0.0
+    exact_cancel_group_share: float | None = None
+    """Silent groups where some channel varies within the group (``None``: series of an older reduction)."""
 
     @property
     def cancel_group_share(self) -> float:
-        """Silent groups that are neither all-pass nor all-fail: channels vary but their advantages cancel."""
+        """Silent groups whose channels vary but whose advantages cancel."""
+        if self.exact_cancel_group_share is not None:
+            return self.exact_cancel_group_share
         return max(0.0, self.silent_group_share - self.all_pass_group_share - self.all_fail_group_share)
 
-    def to_dict(self) -> dict[str, float | int | str]:
+    @property
+    def repeated_group_share(self) -> float:
+        """Silent groups of one completion repeated (0 when the rollouts carry no text)."""
+        return self.identical_group_share or 0.0
+
+    @property
+    def pass_group_share(self) -> float:
+        """All-pass silent groups of different completions (the all-pass cause, exclusive of a collapse)."""
+        return max(0.0, self.all_pass_group_share - self.identical_pass_group_share)
+
+    @property
+    def fail_group_share(self) -> float:
+        """All-fail silent groups of different completions."""
+        return max(0.0, self.all_fail_group_share - self.identical_fail_group_share)
+
+    @property
+    def equal_group_share(self) -> float:
+        """Silent groups of equal reward vectors that are neither one completion, all-pass nor all-fail."""
+        rest = self.silent_group_share - self.repeated_group_share - self.pass_group_share - self.fail_group_share
+        return max(0.0, rest - self.cancel_group_share)
+
+    def to_dict(self) -> dict[str, Any]:
         return {
             "algorithm": self.algorithm,
             "zero_advantage_rollout_share": self.zero_advantage_rollout_share,
             "all_pass_group_share": self.all_pass_group_share,
             "all_fail_group_share": self.all_fail_group_share,
             "silent_group_share": self.silent_group_share,
+            "silent_causes": {
+                "identical_completions": self.identical_group_share,
+                "all_pass": self.pass_group_share,
+                "all_fail": self.fail_group_share,
+                "equal_rewards": self.equal_group_share,
+                "cancelling": self.cancel_group_share,
+            },
             "rollouts": self.rollouts,
             "groups": self.groups,
         }
@@ -72,6 +116,17 @@ class SignalBudget:
 
 def _share(num: float, den: float) -> float:
     return float(num / den) if den > 0 else float("nan")
+
+
+def _known_sum(series: RunSeries, name: str, window: slice, mask: np.ndarray | None = None) -> float | None:
+    """The sum of a count series over ``window`` (``mask``: the steps that count), ``None`` where it is unknown:
+    absent, or NaN on every step (the rollouts carry no completion text)."""
+    if name not in series:
+        return None
+    values = series[name][window]
+    if mask is not None:
+        values = np.where(mask, values, 0.0)
+    return float(np.nansum(values)) if np.isfinite(values).any() else None
 
 
 def signal_budget(series: RunSeries, algorithm: str, window: slice = _STEPS) -> SignalBudget | None:
@@ -87,6 +142,10 @@ def signal_budget(series: RunSeries, algorithm: str, window: slice = _STEPS) -> 
     groups = float(np.nansum(series["eligible_groups"][window]))
     all_pass = float(np.nansum(np.where(pass_ok, series[f"all_pass_groups_{algorithm}"][window], 0.0)))
     all_fail = float(np.nansum(np.where(fail_ok, series[f"all_fail_groups_{algorithm}"][window], 0.0)))
+    identical = _known_sum(series, f"silent_identical_groups_{algorithm}", window)
+    identical_pass = _known_sum(series, f"identical_pass_groups_{algorithm}", window, pass_ok) or 0.0
+    identical_fail = _known_sum(series, f"identical_fail_groups_{algorithm}", window, fail_ok) or 0.0
+    cancel = _known_sum(series, f"silent_cancel_groups_{algorithm}", window)
     return SignalBudget(
         algorithm=algorithm,
         zero_advantage_rollout_share=_share(np.nansum(series[f"zero_adv_rows_{algorithm}"][window]), rows),
@@ -95,6 +154,10 @@ def signal_budget(series: RunSeries, algorithm: str, window: slice = _STEPS) -> 
         all_fail_group_share=_share(all_fail, groups),
         rollouts=int(rows),
         groups=int(groups),
+        identical_group_share=_share(identical, groups) if identical is not None else None,
+        identical_pass_group_share=_share(identical_pass, groups) if groups > 0 else 0.0,
+        identical_fail_group_share=_share(identical_fail, groups) if groups > 0 else 0.0,
+        exact_cancel_group_share=_share(cancel, groups) if cancel is not None and groups > 0 else None,
     )
 
 

@@ -142,3 +142,45 @@ def lost_channel_run(path: Path, *, steps: int = 120, groups: int = 16, group_si
             "reward/style": rng.random(n).astype(np.float32),
         },
     )
+
+
+def completions_run(
+    path: Path,
+    *,
+    collapse_from: int | None,
+    recover_at: int | None = None,
+    steps: int = 120,
+    groups: int = 16,
+    group_size: int = 4,
+) -> Path:
+    """Two rewards that are deterministic functions of the completion text, with the text logged.
+
+    Before ``collapse_from`` (and from ``recover_at`` on) every member of a group writes its own completion; in
+    between every member of a group writes the same one (a collapsed policy), so every reward is constant within
+    the group and its advantage is 0 under any aggregation. ``collapse_from=None``: never collapses.
+    """
+    rng = np.random.default_rng(7)
+    step, group = _frame(steps, groups, group_size)
+    n = len(step)
+    letters = np.array(list("abcdefghijklmnopqrstuvwxyz"))
+    texts = np.array(["".join(rng.choice(letters, rng.integers(1, 9))) for _ in range(n)], dtype=object)
+    collapsed = np.zeros(n, dtype=bool)
+    if collapse_from is not None:
+        collapsed = (step >= collapse_from) & ((step < recover_at) if recover_at is not None else True)
+    first_of_group = np.flatnonzero(np.r_[True, group[1:] != group[:-1]])
+    leader = np.repeat(first_of_group, group_size)[:n]
+    texts = np.where(collapsed, texts[leader], texts)
+    length = np.array([len(t) for t in texts], dtype=np.int64)
+    vowels = np.array([sum(ch in "aeiou" for ch in t) / len(t) for t in texts], dtype=np.float32)
+    return write(
+        path,
+        {
+            "step": step,
+            "group_id": group,
+            "prompt": np.array([f"prompt {g}" for g in group], dtype=object),
+            "completion": texts,
+            "completion_length": length,
+            "reward/vowels": vowels,
+            "reward/short": (length <= 4).astype(np.float32),
+        },
+    )

@@ -12,7 +12,14 @@ NaN in the same channels: from the rewards alone, so it exists without text) and
 ``equal_reward_distinct_groups`` those with equal reward vectors but 2+ distinct completions (the rewards do not
 tell different answers apart). ``distinct_completion_share`` is the number of distinct completions among a step's
 valid rows over its valid rows (1.0: all different). ``completion_length_mean`` and ``completion_length_max`` are
-over the valid rows with a known length. Every series is NaN where what it needs is unknown. The silent groups'
+over the valid rows with a known length. Every series is NaN where what it needs is unknown.
+
+Per channel, the within-group co-movement of the reward with the completion length (what tells a length-type
+reward from one that judges content): over the rows of a group where both are known, ``length_reward_sxy`` sums
+``(length - group mean) * (reward - group mean)``, ``length_sxx`` and ``length_reward_syy`` the squares, per step
+over groups with 2+ such rows; ``length_groups`` counts the groups whose lengths vary. Their ratio
+``sxy / sqrt(sxx syy)`` over a stretch is the pooled within-group correlation (a group of identical completions
+adds nothing: its lengths do not vary). The silent groups'
 split by cause (``silent_identical_groups_*``, ``silent_cancel_groups_*``) is in
 :mod:`~collapse_doctor.engine.stats.silence`.
 """
@@ -28,6 +35,10 @@ from collapse_doctor.engine.stats.dense import CompletionRows, DenseChunk, ratio
 from collapse_doctor.engine.stats.kernels import to_host
 
 NAMES = (
+    "length_reward_sxy",
+    "length_sxx",
+    "length_reward_syy",
+    "length_groups",
     "completion_groups",
     "identical_completion_groups",
     "distinct_completion_share",
@@ -46,15 +57,67 @@ def general(c: GeneralChunk) -> dict[str, np.ndarray]:
     def per_step(mask: np.ndarray) -> np.ndarray:
         return np.bincount(group_step, weights=mask, minlength=c.num_steps).astype(np.float64)
 
-    return _series(per_step, eligible, equal, c.identical_completions, c.input.completions, valid, step, c.num_steps)
+    rows = c.input.completions
+    out = _series(per_step, eligible, equal, c.identical_completions, rows, valid, step, c.num_steps)
+    group = to_host(c.group_index)
+    rewards = to_host(c.input.rewards).astype(np.float64)
+    return out | length_moments(rewards, group, group_step, rows, valid, c.num_steps)
 
 
 def dense(c: DenseChunk) -> dict[str, np.ndarray]:
     eligible = np.ones(c.num_groups, dtype=bool)  # groups of g >= 2 rows without NaN
     valid = np.ones(c.num_rows, dtype=bool)
-    return _series(
+    out = _series(
         c.steps_sum, eligible, c.equal_rewards, c.identical_completions, c.completions, valid, c.step_index, c.num_steps
     )
+    group = np.arange(c.num_rows, dtype=np.int64) // c.g
+    rewards = np.asarray(c.rewards, dtype=np.float64)
+    return out | length_moments(rewards, group, c.group_step, c.completions, valid, c.num_steps)
+
+
+def length_moments(
+    rewards: np.ndarray,
+    group: np.ndarray,
+    group_step: np.ndarray,
+    rows: CompletionRows | None,
+    valid: np.ndarray,
+    num_steps: int,
+) -> dict[str, np.ndarray]:
+    """``[S, C]`` within-group sums of the co-movement of each channel's reward with the completion length.
+
+    >>> r = np.array([[0.0], [1.0], [2.0], [5.0], [5.0]])
+    >>> rows = CompletionRows.of(None, np.array([10.0, 20.0, 30.0, 7.0, 9.0]))
+    >>> m = length_moments(r, np.array([0, 0, 0, 1, 1]), np.array([0, 0]), rows, np.ones(5, bool), 1)
+    >>> m["length_reward_sxy"].tolist(), m["length_sxx"].tolist(), m["length_groups"].tolist()
+    ([[20.0]], [[202.0]], [[2.0]])
+    """
+    C = rewards.shape[1]
+    names = ("length_reward_sxy", "length_sxx", "length_reward_syy", "length_groups")
+    lengths = None if rows is None else rows.lengths
+    if lengths is None:
+        return {name: np.full((num_steps, C), np.nan) for name in names}
+    G = len(group_step)
+    out = {name: np.zeros((num_steps, C)) for name in names}
+    for k in range(C):
+        known = valid & np.isfinite(rewards[:, k]) & np.isfinite(lengths)
+        g, x, y = group[known], lengths[known], rewards[known, k]
+        n = np.bincount(g, minlength=G).astype(np.float64)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            mx = np.bincount(g, weights=x, minlength=G) / n
+            my = np.bincount(g, weights=y, minlength=G) / n
+        dx, dy = x - mx[g], y - my[g]  # centred per group first: no cancellation in the sums
+        sxy = np.bincount(g, weights=dx * dy, minlength=G)
+        sxx = np.bincount(g, weights=dx * dx, minlength=G)
+        syy = np.bincount(g, weights=dy * dy, minlength=G)
+        use = n >= 2
+        for name, values in (
+            ("length_reward_sxy", sxy),
+            ("length_sxx", sxx),
+            ("length_reward_syy", syy),
+            ("length_groups", (sxx > 0).astype(np.float64)),
+        ):
+            out[name][:, k] = np.bincount(group_step[use], weights=values[use], minlength=num_steps)
+    return out
 
 
 def _series(

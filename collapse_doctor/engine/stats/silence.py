@@ -13,7 +13,9 @@ constant there and equal to that channel's ``reward_max`` over the step's valid 
 silent for another reason: constant at some middle value, or (GDPO) channel z-scores that cancel.
 
 Two causes of silence are told apart: ``silent_identical_groups_{a}`` counts the silent groups whose valid rows
-all have the same completion (a policy collapsed to one answer; NaN without completion text), and
+all have the same completion (a policy collapsed to one answer; NaN without completion text; of them,
+``identical_pass_groups_{a}`` and ``identical_fail_groups_{a}`` are also all-pass / all-fail, so the causes can be
+made exclusive: :class:`~collapse_doctor.judge.budget.SignalBudget`), and
 ``silent_cancel_groups_{a}`` those whose reward vectors are not all equal (some channel varies within the group,
 so the channels cancel in the advantage: complementary channels under GRPO's sum, z-scores under GDPO).
 
@@ -64,6 +66,8 @@ NAMES = tuple(
         "all_pass_groups",
         "all_fail_groups",
         "silent_identical_groups",
+        "identical_pass_groups",
+        "identical_fail_groups",
         "silent_cancel_groups",
     )
 )
@@ -96,8 +100,12 @@ def general(c: GeneralChunk) -> dict[str, Tensor]:
         silent = c.eligible & (span < SILENT_SPAN)
         near_zero = c.group_sum((c.valid_row & (adv.abs() < SILENT_SPAN)).double())
         out.update(_counts(name, silent, single, rows, near_zero, all_top, all_bottom, c.steps_of_groups))
-        out[f"silent_identical_groups_{name}"] = (
-            unknown if same_text is None else c.steps_of_groups((silent & same_text).double())
+        for key, mask in (("silent_identical", silent), ("identical_pass", silent & all_top)):
+            out[f"{key}_groups_{name}"] = (
+                unknown if same_text is None else c.steps_of_groups((mask & same_text).double())
+            )
+        out[f"identical_fail_groups_{name}"] = (
+            unknown if same_text is None else c.steps_of_groups((silent & all_bottom & same_text).double())
         )
         out[f"silent_cancel_groups_{name}"] = c.steps_of_groups((silent & varied).double())
     return out
@@ -115,8 +123,12 @@ def dense(c: DenseChunk) -> dict[str, np.ndarray]:
         out[f"zero_adv_rows_{name}"] = c.steps_sum(np.where(silent, c.g, near_zero))  # no group of one here
         out[f"all_pass_groups_{name}"] = c.steps_sum(silent & all_top)
         out[f"all_fail_groups_{name}"] = c.steps_sum(silent & all_bottom)
-        out[f"silent_identical_groups_{name}"] = (
-            np.full(c.num_steps, np.nan) if same_text is None else c.steps_sum(silent & same_text)
+        for key, mask in (("silent_identical", silent), ("identical_pass", silent & all_top)):
+            out[f"{key}_groups_{name}"] = (
+                np.full(c.num_steps, np.nan) if same_text is None else c.steps_sum(mask & same_text)
+            )
+        out[f"identical_fail_groups_{name}"] = (
+            np.full(c.num_steps, np.nan) if same_text is None else c.steps_sum(silent & all_bottom & same_text)
         )
         out[f"silent_cancel_groups_{name}"] = c.steps_sum(silent & varied)
     return out

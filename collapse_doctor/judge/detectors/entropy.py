@@ -220,7 +220,7 @@ class EntropyCollapse(ScalarDetector):
         if ongoing:
             severity = Severity.CRITICAL if critical else Severity.WARNING
             title = (
-                "entropy collapsed without a reward gain, with silent groups rising"
+                "entropy collapsed, silent groups rising"
                 if critical
                 else "entropy collapsed without a reward gain"
             )

@@ -26,6 +26,7 @@ __all__ = [
     "gdpo_counterfactual",
     "join_remedies",
     "nanmedian",
+    "policy_collapse_remedy",
     "share_pct",
     "switch_remedy",
 ]
@@ -42,6 +43,21 @@ HOTTER = ChangeSetting("temperature", "raise")
 CLIP_HIGHER = ChangeSetting("clip_epsilon_high", "raise")
 MORE_KL = ChangeSetting("kl_coef", "raise")
 """The trainer settings several remedies propose (their wording takes the names from these)."""
+
+
+def policy_collapse_remedy(before_step: int | None = None) -> Remedy:
+    """What helps a policy that collapsed to identical completions (CD105, and CD102's silent groups of that
+    cause): its step size, its sampling, a KL anchor; never a channel weight or an aggregation."""
+    restart = f", and resume from a checkpoint before step {before_step}" if before_step is not None else ""
+    return Remedy(
+        f"the policy collapsed, not the rewards: lower the learning rate ({LOWER_LR.frameworks}), raise the "
+        f"sampling temperature ({HOTTER.frameworks}) or anchor the policy with a KL penalty ({MORE_KL.frameworks})"
+        f"{restart}; do not reweight the channels or switch the aggregation: neither changes a group of "
+        "identical completions",
+        (LOWER_LR, HOTTER, MORE_KL),
+    )
+
+
 GDPO = SetAggregation("gdpo")
 _DYNAMIC = SetAggregation("gdpo-dynamic")
 GDPO_SWITCH = Remedy(

@@ -75,7 +75,12 @@ class LengthCapTruncation(Detector):
         truncated share from step to step (|correlation| of at least `channel_corr` over at least
         `min_points` steps). A truncated share at or above `all_share` (practically every completion cut)
         fires without a channel. Many truncated completions with no channel moving with them are not
-        reported: the rewards then judge content the cut does not change.
+        reported: the rewards then judge content the cut does not change. Where the rollouts carry completion
+        lengths, a channel is called length-type only on evidence from inside the groups: its pooled
+        within-group correlation with the completion length over the stretch is at least `within_corr` (same
+        sign as the step-to-step one) on at least `min_length_groups` groups whose lengths vary. A trend the
+        channel shares with the truncated share over the run (a policy drifting towards long or short text)
+        is not that evidence, and a group of identical completions gives none.
 
     Why it matters
         A channel that rises with the truncated share pays for hitting the cap: a length-type reward
@@ -88,7 +93,8 @@ class LengthCapTruncation(Detector):
 
     Evidence
         The truncated share over the stretch and its peak, the raw tag, the channels that move with it
-        and their correlation, the steps, and the points they rest on.
+        and their correlation (step to step, and within groups where the rollouts give lengths), the steps,
+        and the points they rest on.
 
     Remedy
         Raise the length cap (TRL `max_completion_length`, verl `data.max_response_length`, OpenRLHF
@@ -109,6 +115,8 @@ class LengthCapTruncation(Detector):
         "all_share": 0.98,
         "channel_corr": 0.8,
         "min_points": 8,
+        "within_corr": 0.3,
+        "min_length_groups": 8,
     }
 
     def detect(self, ctx: DetectionContext) -> list[Finding]:
@@ -132,6 +140,9 @@ class LengthCapTruncation(Detector):
         level = float(np.nanmean(values[part]))
         peak = float(np.nanmax(values[part]))
         tracked = self._tracking_channels(ctx, found, minimum)
+        within = self._within_group_evidence(ctx, int(steps[stretch[0]]), int(steps[stretch[1]]))
+        if within is not None:  # the rollouts say which channels move with the length inside a group
+            tracked = {c: r for c, r in tracked.items() if c in within and within[c] * r > 0}
         everything_cut = level >= ctx.threshold(self.code, "all_share")
         if not tracked and not everything_cut:
             return []
@@ -157,6 +168,7 @@ class LengthCapTruncation(Detector):
             "share": level,
             "peak_share": peak,
             "channel_correlation": tracked,
+            "within_group_length_correlation": within,
             "points": len(steps),
             "stretch_points": stretch[1] - stretch[0] + 1,
         }
@@ -181,6 +193,36 @@ class LengthCapTruncation(Detector):
                 gdpo_resolves=False,
             )
         ]
+
+    def _within_group_evidence(self, ctx: DetectionContext, first: int, last: int) -> dict[str, float] | None:
+        """``{channel: within-group correlation with the completion length}`` over the steps ``first..last`` for
+        the channels whose correlation reaches ``within_corr`` on at least ``min_length_groups`` groups whose
+        lengths vary; ``None`` where the rollouts carry no lengths (then the scalar log is all there is).
+
+        A channel of identical completions has no within-group length variation: no evidence that it pays for
+        length, so it is not in the result.
+        """
+        series = ctx.series
+        if series.num_steps == 0 or "length_sxx" not in series:
+            return None
+        rows = (series.steps >= first) & (series.steps <= last)
+        if not rows.any():
+            rows = np.ones(series.num_steps, dtype=bool)  # the rollouts' steps are not the scalar log's
+        sxx = series["length_sxx"][rows]
+        if not np.isfinite(sxx).any():
+            return None
+        sxy = np.nansum(series["length_reward_sxy"][rows], axis=0)
+        syy = np.nansum(series["length_reward_syy"][rows], axis=0)
+        groups = np.nansum(series["length_groups"][rows], axis=0)
+        xx = np.nansum(sxx, axis=0)
+        out = {}
+        for k, channel in enumerate(series.channels):
+            if groups[k] < ctx.threshold(self.code, "min_length_groups") or not (xx[k] > 0 and syy[k] > 0):
+                continue
+            rho = float(sxy[k] / np.sqrt(xx[k] * syy[k]))
+            if abs(rho) >= ctx.threshold(self.code, "within_corr"):
+                out[channel] = rho
+        return out
 
     def _tracking_channels(self, ctx: DetectionContext, share: TagPoints, minimum: int) -> dict[str, float]:
         """``{channel: correlation}`` of each channel whose per-step mean follows the truncated share."""

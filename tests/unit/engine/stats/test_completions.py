@@ -28,10 +28,16 @@ TEXT = (
     "identical_completion_groups",
     "distinct_completion_share",
     "equal_reward_distinct_groups",
-    *(f"silent_identical_groups_{a}" for a in ALGORITHMS),
+    *(
+        f"{key}_{a}"
+        for a in ALGORITHMS
+        for key in ("silent_identical_groups", "identical_pass_groups", "identical_fail_groups")
+    ),
 )
 """The series that need completion text (NaN without)."""
 LENGTHS = ("completion_length_mean", "completion_length_max")
+LENGTH_MOMENTS = ("length_reward_sxy", "length_sxx", "length_reward_syy", "length_groups")
+"""Per channel ``[S, C]``: the within-group co-movement of each reward with the completion length."""
 NAMES = (*TEXT, *LENGTHS, "equal_reward_groups", *(f"silent_cancel_groups_{a}" for a in ALGORITHMS))
 
 
@@ -39,8 +45,12 @@ def reference(case: Case, codes: np.ndarray | None, lengths: np.ndarray | None) 
     """The loop: per step, per group, over the valid rows."""
     S = case.num_steps
     out = {name: np.zeros(S) for name in NAMES}
+    out |= {name: np.zeros((S, case.num_channels)) for name in LENGTH_MOMENTS}
     for s in range(S):
         valid_rows = np.flatnonzero((case.step == s) & case.valid)
+        with np.errstate(all="ignore"):
+            step_max = np.nanmax(case.rewards[valid_rows], axis=0) if len(valid_rows) else None
+            step_min = np.nanmin(case.rewards[valid_rows], axis=0) if len(valid_rows) else None
         for rows in case.groups(s):
             valid = rows[case.valid[rows]]
             if len(valid) < 2:
@@ -56,19 +66,42 @@ def reference(case: Case, codes: np.ndarray | None, lengths: np.ndarray | None) 
             out["identical_completion_groups"][s] += identical
             out["equal_reward_groups"][s] += equal
             out["equal_reward_distinct_groups"][s] += equal and not identical
+            present = [k for k in range(case.num_channels) if not nan[:, k].all()]
+            at_top = all(not nan[:, k].any() and (r[:, k] == step_max[k]).all() for k in present)
+            at_bottom = all(not nan[:, k].any() and (r[:, k] == step_min[k]).all() for k in present)
             for a in ALGORITHMS:
                 adv = getattr(case, a)[valid]
                 if np.ptp(adv) < SILENT_SPAN:
                     out[f"silent_identical_groups_{a}"][s] += identical
+                    out[f"identical_pass_groups_{a}"][s] += identical and at_top
+                    out[f"identical_fail_groups_{a}"][s] += identical and at_bottom
                     out[f"silent_cancel_groups_{a}"][s] += not equal
         if codes is not None:
             distinct = len(set(codes[valid_rows].tolist()))
             out["distinct_completion_share"][s] = distinct / len(valid_rows) if len(valid_rows) else np.nan
+        for rows in case.groups(s):
+            for k in range(case.num_channels):
+                if lengths is None:
+                    continue
+                both = [
+                    i for i in rows if case.valid[i] and np.isfinite(case.rewards[i, k]) and np.isfinite(lengths[i])
+                ]
+                if len(both) < 2:
+                    continue
+                x = np.array([lengths[i] for i in both], dtype=np.float64)
+                y = np.array([case.rewards[i, k] for i in both], dtype=np.float64)
+                out["length_reward_sxy"][s, k] += float(((x - x.mean()) * (y - y.mean())).sum())
+                out["length_sxx"][s, k] += float(((x - x.mean()) ** 2).sum())
+                out["length_reward_syy"][s, k] += float(((y - y.mean()) ** 2).sum())
+                out["length_groups"][s, k] += float(((x - x.mean()) ** 2).sum() > 0)
         known = [] if lengths is None else [x for x in lengths[valid_rows].tolist() if not np.isnan(x)]
         out["completion_length_mean"][s] = np.mean(known) if known else np.nan
         out["completion_length_max"][s] = max(known) if known else np.nan
     if codes is None:
         for name in TEXT:
+            out[name][:] = np.nan
+    if lengths is None:
+        for name in LENGTH_MOMENTS:
             out[name][:] = np.nan
     return out
 
@@ -121,8 +154,10 @@ def test_completions_match_the_loop(layout: str) -> None:
     assert (expected["identical_completion_groups"] > expected["equal_reward_groups"]).any()
     assert expected["equal_reward_distinct_groups"].sum() > 0
     assert expected["silent_identical_groups_grpo"].sum() > 0 and expected["silent_cancel_groups_grpo"].sum() > 0
+    assert expected["length_groups"].sum() > 0 and np.abs(expected["length_reward_sxy"]).sum() > 0
     for name, want in expected.items():
-        np.testing.assert_allclose(case.stats[name], want, rtol=1e-12, atol=0, equal_nan=True, err_msg=name)
+        tolerance = 1e-9 if name in LENGTH_MOMENTS else 1e-12  # float sums in another order
+        np.testing.assert_allclose(case.stats[name], want, rtol=tolerance, atol=1e-9, equal_nan=True, err_msg=name)
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
@@ -136,10 +171,11 @@ def test_without_text_or_lengths_the_series_are_nan(layout: str, known: str) -> 
     expected = reference(case, codes_or_none, lengths_or_none)
     for name in TEXT:
         assert np.isnan(case.stats[name]).all() == (known != "codes"), name
-    for name in LENGTHS:
+    for name in (*LENGTHS, *LENGTH_MOMENTS):
         assert np.isnan(case.stats[name]).all() == (known != "lengths"), name
     for name, want in expected.items():
-        np.testing.assert_allclose(case.stats[name], want, rtol=1e-12, atol=0, equal_nan=True, err_msg=name)
+        tolerance = 1e-9 if name in LENGTH_MOMENTS else 1e-12  # float sums in another order
+        np.testing.assert_allclose(case.stats[name], want, rtol=tolerance, atol=1e-9, equal_nan=True, err_msg=name)
 
 
 def test_dense_and_general_paths_agree_exactly() -> None:

@@ -29,7 +29,11 @@ EXACT = (
     "tied_pair_share_gdpo",
     "corr_rows",
     "corr_groups",
-    *(f"{key}_{a}" for a in ("grpo", "gdpo") for key in ("silent_identical_groups", "silent_cancel_groups")),
+    *(
+        f"{key}_{a}"
+        for a in ("grpo", "gdpo")
+        for key in ("silent_identical_groups", "identical_pass_groups", "identical_fail_groups", "silent_cancel_groups")
+    ),
     "completion_groups",
     "identical_completion_groups",
     "distinct_completion_share",

@@ -31,6 +31,10 @@ CASES: dict[str, tuple[Builder, Builder]] = {
         lambda d: runs.zero_variance_run(d / "zero.parquet"),
         lambda d: runs.binary_run(d / "binary.parquet", pass_rates={"correct": 0.5}),
     ),
+    "CD105": (
+        lambda d: runs.completions_run(d / "collapsed.parquet", collapse_from=40),
+        lambda d: runs.completions_run(d / "healthy.parquet", collapse_from=None),
+    ),
     "CD201": (
         lambda d: runs.simulated(d / "outliers.parquet", "outlier-groups"),
         lambda d: runs.binary_run(
@@ -191,4 +195,7 @@ def test_cd202_is_skipped_without_logged_advantages(tmp_path: Path) -> None:
     rollout_codes = {
         code: reason for code, reason in diagnosis.skipped.items() if "scalars" not in REGISTRY[code].requires
     }
+    assert rollout_codes.pop("CD105").endswith(
+        "the rollouts carry no completion text (log completions to check for mode collapse)"
+    )
     assert rollout_codes == {"CD202": "needs a logged 'advantage' column"}

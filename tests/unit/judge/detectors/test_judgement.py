@@ -220,7 +220,7 @@ def test_lone_successes_are_not_outliers_to_squash() -> None:
 
 
 def test_no_detector_is_left_without_a_unit_case() -> None:
-    covered = {"CD101", "CD102", "CD103", "CD201", "CD301", "CD401", "CD402"}
+    covered = {"CD101", "CD102", "CD103", "CD105", "CD201", "CD301", "CD401", "CD402"}
     rollout_codes = {code for code, d in REGISTRY.items() if d.requires == ("rollouts",)}
     assert rollout_codes <= covered, f"add hand-built cases for {sorted(rollout_codes - covered)}"
 
@@ -256,3 +256,36 @@ def test_no_remedy_contradicts_its_counterfactual(tmp_path, scenario: str, algo:
             assert algo == "grpo" and finding.gdpo_resolves is True, (finding.code, finding.remedy)
         lowered = {name for pair in LOWER.findall(finding.remedy) for name in pair if name}
         assert not lowered & floors, (finding.code, finding.remedy)
+
+
+def test_mode_collapse_from_identical_completions() -> None:
+    """16 groups a step with logged completions; from step 50 all 16 hold one completion repeated, so they are
+    silent under both aggregations (every reward constant in the group): CD105 critical, graded on the last 10
+    steps (160 of 160 groups identical), remedies on the policy's side only."""
+    steps = 100
+    identical = np.where(np.arange(steps) >= 50, float(GROUPS), 0.0)
+    silent = {f"silent_groups_{a}": identical for a in ("grpo", "gdpo")}
+    zero = {f"zero_adv_rows_{a}": identical * SIZE for a in ("grpo", "gdpo")}
+    same = {f"silent_identical_groups_{a}": identical for a in ("grpo", "gdpo")}
+    series = make_series(
+        steps,
+        completion_groups=float(GROUPS),
+        identical_completion_groups=identical,
+        distinct_completion_share=np.where(identical > 0, 1 / SIZE, 1.0),
+        **silent,
+        **zero,
+        **same,
+    )
+    diagnosis = diagnose_series(series)
+    (finding,) = by_code(diagnosis.findings, "CD105")
+    assert finding.severity == Severity.CRITICAL and 50 <= finding.onset_step <= 55
+    assert finding.evidence["groups_now"] == 10 * GROUPS and finding.evidence["identical_group_share_now"] == 1.0
+    assert not {a.kind for f in diagnosis.findings for a in f.actions if f.code in ("CD102", "CD105")} & {
+        "weight",
+        "aggregation",
+    }
+
+
+def test_no_mode_collapse_while_completions_differ() -> None:
+    series = make_series(100, completion_groups=float(GROUPS), identical_completion_groups=0.0)
+    assert not by_code(diagnose_series(series).findings, "CD105")

@@ -34,7 +34,14 @@ def test_metadata() -> None:
     detector = REGISTRY["CD104"]
     assert detector.requires == ("scalars",) and detector.targets == "run"
     assert detector.default_severity == Severity.WARNING
-    assert dict(detector.thresholds) == {"warn_share": 0.5, "all_share": 0.98, "channel_corr": 0.8, "min_points": 8}
+    assert dict(detector.thresholds) == {
+        "warn_share": 0.5,
+        "all_share": 0.98,
+        "channel_corr": 0.8,
+        "min_points": 8,
+        "within_corr": 0.3,
+        "min_length_groups": 8,
+    }
 
 
 def test_fires_when_a_channel_follows_the_cut(tmp_path: Path) -> None:
@@ -183,3 +190,52 @@ def test_corpus_ceiling_and_healthy_runs_do_not_fire(run: str) -> None:
     # ~82% of their completions reach the 8-token cap too, but no reward channel follows the cut
     diagnosis = scan(CORPUS / run)
     assert cd104(diagnosis) == []
+
+
+def _context(**values: Any) -> Any:
+    from collapse_doctor.core.config import Config
+    from collapse_doctor.judge.detectors.base import DetectionContext, threshold_defaults
+    from tests.helpers.series import diagnose_series, make_series
+
+    series = make_series(40, ("length_score", "answer"), **values)
+    run = diagnose_series(series, codes=("CD102",)).run
+    return DetectionContext(run=run, series=series, config=Config(defaults=threshold_defaults()))
+
+
+def test_within_group_evidence_decides_which_channel_is_length_type() -> None:
+    """Expected from the definitions: `length_score` rises with the length inside every group (pooled
+    within-group correlation sxy / sqrt(sxx syy) = 10 / sqrt(100 * 1) = 1.0 >= 0.3 on 40 x 4 = 160 groups whose
+    lengths vary): length-type. `answer` has no within-group co-movement (sxy = 0): whatever its step-to-step
+    trend says, it is not length-type. Without length series (a run whose rollouts carry no lengths) there is
+    no rollout evidence: None, and the scalar log decides."""
+    detector = REGISTRY["CD104"]()
+    ctx = _context(
+        length_reward_sxy=np.array([10.0, 0.0]),
+        length_sxx=np.array([100.0, 100.0]),
+        length_reward_syy=np.array([1.0, 1.0]),
+        length_groups=np.array([4.0, 4.0]),
+    )
+    within = detector._within_group_evidence(ctx, 0, 39)
+    assert within == {"length_score": pytest.approx(1.0)}
+    # identical completions: no group's lengths vary, so no channel is length-type on evidence
+    collapsed = _context(
+        length_reward_sxy=np.array([0.0, 0.0]),
+        length_sxx=np.array([0.0, 0.0]),
+        length_reward_syy=np.array([0.0, 0.0]),
+        length_groups=np.array([0.0, 0.0]),
+    )
+    assert detector._within_group_evidence(collapsed, 0, 39) == {}
+    unknown = _context(length_sxx=np.full(2, np.nan))
+    assert detector._within_group_evidence(unknown, 0, 39) is None
+
+
+def test_a_policy_collapsed_at_the_cap_is_not_a_length_reward() -> None:
+    """tests/data/trl_corpus/mode-collapse-gdpo-s0 collapsed to 'zzzzzzzz' (8 characters, the cap): every
+    completion is cut, and both channels moved with the cut share over the run (the collapse), but inside its
+    groups no length varies: no channel is length-type, so none is 'clipped' (the manifest's states: `single`
+    floor, `rank` ceiling)."""
+    run = CORPUS / "mode-collapse-gdpo-s0"
+    diagnosis = scan(run)
+    states = {row["channel"]: row["state"] for row in diagnosis.channels}
+    assert states == {"single": "floor", "rank": "ceiling"}
+    assert all(not f.channels for f in cd104(diagnosis))
