@@ -219,11 +219,7 @@ class EntropyCollapse(ScalarDetector):
             )
         if ongoing:
             severity = Severity.CRITICAL if critical else Severity.WARNING
-            title = (
-                "entropy collapsed, silent groups rising"
-                if critical
-                else "entropy collapsed without a reward gain"
-            )
+            title = "entropy collapsed, silent groups rising" if critical else "entropy collapsed without a reward gain"
         else:
             severity = Severity.INFO
             title = f"entropy collapsed at steps {first}-{last} without a reward gain, recovered at step {recovered}"
