@@ -6,6 +6,7 @@ from collapse_doctor.judge.detectors import (
     channels,
     clip_saturation,
     entropy,
+    entropy_arrival,
     gradient_pathology,
     kl_oscillation,
     mode_collapse,
@@ -14,6 +15,7 @@ from collapse_doctor.judge.detectors import (
     reward_plateau,
     shape,
     signal,
+    silent_groups,
     truncation,
     zero_std_share,
 )
@@ -38,6 +40,7 @@ __all__ = [
     "channels",
     "clip_saturation",
     "entropy",
+    "entropy_arrival",
     "explain_sections",
     "gradient_pathology",
     "kl_oscillation",
@@ -48,6 +51,7 @@ __all__ = [
     "reward_plateau",
     "shape",
     "signal",
+    "silent_groups",
     "truncation",
     "zero_std_share",
 ]
