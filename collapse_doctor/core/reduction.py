@@ -146,6 +146,9 @@ class RunReduction:
     """``{step: aggregation}`` from the rollouts' ``aggregation`` column (a hybrid switch); empty without one."""
     ground_truth: dict[str, Any] | None = None
     device: str = "cpu"
+    step_digests: Mapping[int, str] = field(default_factory=dict)
+    """``{step: digest}`` of the rows a step logged (TRL completions): equal digests of consecutive steps are one
+    generation batch logged twice (:func:`without_reused_steps`)."""
 
     @property
     def groups(self) -> int:
@@ -200,4 +203,53 @@ def merge_reductions(parts: Sequence[RunReduction]) -> RunReduction | None:
         step_labels={step: label for p in parts for step, label in p.step_labels.items()},
         ground_truth=first.ground_truth,
         device=first.device,
+        step_digests={step: digest for p in parts for step, digest in p.step_digests.items()},
     )
+
+
+def without_reused_steps(reduction: RunReduction) -> tuple[RunReduction, tuple[str, ...]]:
+    """The reduction with each generation batch counted once, and a note when some were logged again.
+
+    With TRL's ``num_iterations`` (or ``steps_per_generation``) above 1 the trainer optimises on one generation
+    batch for several steps and logs it at each: a step whose rows equal the previous step's (same digest) is the
+    same rollouts, not new ones. Its series row is dropped (the batch stays at the step it was generated) and its
+    rollouts and groups are not counted again.
+
+    >>> series = RunSeries(np.array([1, 2, 3]), ("x",), [], {"rollouts": np.array([4.0, 4.0, 4.0]),
+    ...     "groups": np.array([1.0, 1.0, 1.0]), "group_size_min": np.full(3, 4.0), "group_size_max": np.full(3, 4.0)})
+    >>> notes = IngestNotes(group_sizes=Counter({4: 3}), files=3)
+    >>> run = RunReduction(series, ("x",), {"x": 1.0}, "default 1.0", (), 12, notes, True,
+    ...     step_digests={1: "a", 2: "a", 3: "b"})
+    >>> once, note = without_reused_steps(run)
+    >>> once.series.steps.tolist(), once.rollouts, once.groups
+    ([1, 3], 8, 2)
+    """
+    digests = reduction.step_digests
+    series = reduction.series
+    if len(digests) < 2 or series.num_steps < 2:
+        return reduction, ()
+    steps = [int(s) for s in series.steps]
+    reused = np.zeros(len(steps), dtype=bool)
+    for i in range(1, len(steps)):
+        digest = digests.get(steps[i])
+        reused[i] = digest is not None and digest == digests.get(steps[i - 1])
+    count = int(reused.sum())
+    if not count:
+        return reduction, ()
+    keep = ~reused
+    values = {name: array[keep] for name, array in series.values.items()}
+    kept = RunSeries(steps=series.steps[keep], channels=series.channels, pairs=series.pairs, values=values)
+    notes = reduction.notes.merged(IngestNotes())
+    for i in np.flatnonzero(reused).tolist():
+        low, high = series.values["group_size_min"][i], series.values["group_size_max"][i]
+        if low == high and np.isfinite(high):  # groups of one size (TRL's): take them back out of the count
+            notes.group_sizes[int(high)] -= int(series.values["groups"][i])
+    notes.group_sizes = Counter({size: n for size, n in notes.group_sizes.items() if n > 0})
+    rollouts = reduction.rollouts - int(np.nansum(series.values["rollouts"][reused]))
+    unique = len(steps) - count
+    note = (
+        f"advantages reused: {count} of {len(steps)} logged steps repeat the previous step's generation batch row "
+        f"for row (TRL num_iterations or steps_per_generation above 1, about {len(steps) / unique:.3g} optimizer "
+        f"steps per batch): each of the {rollouts:,} rollouts is counted once, at the step it was generated"
+    )
+    return replace(reduction, series=kept, rollouts=rollouts, notes=notes), (note,)

@@ -28,7 +28,7 @@ from collapse_doctor.core.config import Config, check_fail_on, load_config
 from collapse_doctor.core.errors import CollapseDoctorError, InputError
 from collapse_doctor.core.findings import Finding, Severity, verdict_of
 from collapse_doctor.core.options import ReadOptions, ScanOptions
-from collapse_doctor.core.reduction import RunReduction
+from collapse_doctor.core.reduction import RunReduction, without_reused_steps
 from collapse_doctor.core.result import Diagnosis, Phase, RunSummary
 from collapse_doctor.core.schema import AGGREGATION, resolve_weights
 from collapse_doctor.engine.parallel import available_cores, map_ordered
@@ -368,6 +368,7 @@ def reduction_of(reader: Any, series: RunSeries, device: str) -> RunReduction:
         step_labels=step_aggregation(reader) or {},
         ground_truth=reader.ground_truth,
         device=device,
+        step_digests=dict(getattr(reader, "step_digests", None) or {}),
     )
 
 
@@ -408,12 +409,13 @@ def diagnose_reduction(
         device = "cpu" if options.device == "auto" else options.device
         summary = scalar_only_summary(scalar_files, scalars, weights, algorithm=algorithm[0], device=device)
     else:
+        reduction, reuse_notes = without_reused_steps(reduction)
         algorithm = detect_algorithm(reduction.series, options.algo, reduction.dynamic_weight_channels)
         reduction, algorithm, notes = _with_inferred_weights(reduction, algorithm, options, reduce_with)
         algorithm, phases, phase_notes = aggregation_phases(reduction.step_labels or None, options.algo, algorithm)
         series = reduction.series
         summary = rollout_summary(reduction, algorithm=algorithm)
-        summary = replace(summary, phases=phases, warnings=summary.warnings + notes + phase_notes)
+        summary = replace(summary, phases=phases, warnings=summary.warnings + reuse_notes + notes + phase_notes)
     summary = with_scalar_log(summary, scalars, name=name, has_rollouts=reduction is not None)
     diagnosis = detect(summary, series, scalars, plan.config, plan.codes, started=started)
     return Judged(diagnosis=diagnosis, reduction=reduction)

@@ -24,6 +24,10 @@ class TableRun(ParquetRun):
     """A :class:`ParquetRun` over an in-memory table; ``files`` names the directory it came from, ``sources``
     the files. Its ``dynamic_weight_channels`` come from the table's ``weight/<channel>`` columns, if any."""
 
+    step_digests: dict[int, str]
+    """``{step: digest}`` of what an adapter read per step (TRL: one completions table per step), for
+    :func:`collapse_doctor.core.reduction.without_reused_steps`; empty when the adapter gives none."""
+
     def __init__(
         self,
         table: pa.Table,
@@ -45,6 +49,7 @@ class TableRun(ParquetRun):
         pq.write_table(table, sink)
         self.files = [label]
         self.sources = list(sources)
+        self.step_digests = {}
         self._buffer = sink.getvalue()
         self._open(
             self._reopen(),

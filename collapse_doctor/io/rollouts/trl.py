@@ -49,6 +49,7 @@ def open_trl_completions(
 ) -> TableRun:
     """Read TRL completions tables into one canonical run."""
     tables = []
+    digests: dict[int, str] = {}
     for path in sorted(files, key=lambda p: (int(m.group(1)) if (m := FILE_NAME.fullmatch(p.name)) else -1, p)):
         try:
             table = open_parquet(path).read()
@@ -62,6 +63,7 @@ def open_trl_completions(
             step = int(found.group(1)) if found else 0
             table = table.append_column("step", pa.array(np.full(table.num_rows, step, dtype=np.int64)))
         tables.append(table)
+        digests.update(_step_digest(table))
     table = pa.concat_tables(tables, promote_options="permissive")
     label = files[0].parent
     if reward_cols:
@@ -115,4 +117,25 @@ def open_trl_completions(
         columns["completion"] = pa.array(_text(table.column("completion")))
     if "advantage" in table.column_names and _numeric(table.schema.field("advantage").type):
         columns["advantage"] = pc.cast(table.column("advantage"), pa.float64())
-    return TableRun(pa.table(columns), label=label, sources=files, group_size=group_size, weights=weights)
+    run = TableRun(pa.table(columns), label=label, sources=files, group_size=group_size, weights=weights)
+    run.step_digests = digests
+    return run
+
+
+def _step_digest(table: pa.Table) -> dict[int, str]:
+    """``{step: digest}`` of a completions table that holds one step: a hash of every column but ``step``, so a
+    table TRL logs again at a later step for the same generation batch (``num_iterations`` or
+    ``steps_per_generation`` above 1: the same rows, another step number) has the same digest."""
+    try:
+        steps = pc.unique(pc.cast(table.column("step"), pa.int64())).to_pylist()
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return {}
+    if len(steps) != 1 or steps[0] is None:
+        return {}
+    import hashlib
+
+    rest = table.drop_columns(["step"]).combine_chunks()
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, rest.schema) as writer:
+        writer.write_table(rest)
+    return {int(steps[0]): hashlib.blake2b(sink.getvalue().to_pybytes(), digest_size=16).hexdigest()}
