@@ -86,8 +86,8 @@ class StepRecord:
         self.completion_lengths = [*self.completion_lengths, *other.completion_lengths]
 
 
-def _as_text(value: Any) -> str:
-    if isinstance(value, str):
+def _as_text(value: Any) -> str | None:
+    if isinstance(value, str) or value is None:  # None: not logged (never the same text as another)
         return value
     return json.dumps(value, ensure_ascii=False, default=str)
 
@@ -225,8 +225,8 @@ class RolloutMonitor:
         import pyarrow as pa
 
         steps, groups, lengths = [], [], []
-        prompts: list[str] = []
-        completions: list[str] = []
+        prompts: list[str | None] = []
+        completions: list[str | None] = []
         for r in records:
             n = r.rewards.shape[0]
             steps.append(np.full(n, r.step, dtype=np.int64))

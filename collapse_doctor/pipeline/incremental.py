@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from collapse_doctor.core.errors import InputError
 from collapse_doctor.core.options import ScanOptions
 from collapse_doctor.core.reduction import RunReduction, merge_reductions
 from collapse_doctor.core.result import Diagnosis
@@ -92,7 +93,12 @@ class IncrementalScan:
         for path, signature in current.items():
             if path not in parts or parts[path].signature != signature:
                 parts[path] = _Part(signature)
-        merged = merge_reductions(self._reductions(plan, run, None))
+        try:
+            merged = merge_reductions(self._reductions(plan, run, None))
+        except InputError:
+            # A file that cannot be judged alone (a step whose rewards are all NaN: "no finite reward") may be
+            # fine as part of the run: read the run whole, as scan does.
+            return None
         if merged is None:
             return None
 

@@ -70,3 +70,21 @@ def test_watch_after_its_last_poll_equals_scan(source: Path, tmp_path: Path) -> 
     scanned = diagnose_runs([run], ScanOptions())
     watched = [state.diagnoses[d.run.name or ""] for d in scanned]
     assert [answer(d) for d in watched] == [answer(d) for d in scanned]
+
+
+def test_watch_reads_whole_a_run_whose_step_cannot_be_judged_alone(tmp_path: Path) -> None:
+    """A TRL run where one step's rewards are all NaN (every reward function returned None): that file alone has
+    no finite reward, the run does. `watch` reads such a run whole, as `scan` does, instead of waiting forever."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    run = tmp_path / "run"
+    shutil.copytree(CORPUS / "healthy-two-grpo-s0", run)
+    path = sorted((run / "completions").glob("completions_*.parquet"))[6]
+    table = pq.read_table(path)
+    for name in ("digits", "low"):  # this run's two reward functions
+        table = table.set_column(table.column_names.index(name), name, pa.nulls(table.num_rows, pa.float64()))
+    pq.write_table(table, path)
+    state = watch([run], ScanOptions(), interval=0.0, max_polls=1)
+    assert state.scans == 1 and state.last_error is None
+    assert answer(state.diagnoses[""]) == answer(diagnose_runs([run], ScanOptions())[0])

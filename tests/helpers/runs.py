@@ -167,8 +167,7 @@ def completions_run(
     collapsed = np.zeros(n, dtype=bool)
     if collapse_from is not None:
         collapsed = (step >= collapse_from) & ((step < recover_at) if recover_at is not None else True)
-    first_of_group = np.flatnonzero(np.r_[True, group[1:] != group[:-1]])
-    leader = np.repeat(first_of_group, group_size)[:n]
+    leader = (np.arange(n) // group_size) * group_size  # the first row of each row's group
     texts = np.where(collapsed, texts[leader], texts)
     length = np.array([len(t) for t in texts], dtype=np.int64)
     vowels = np.array([sum(ch in "aeiou" for ch in t) / len(t) for t in texts], dtype=np.float32)

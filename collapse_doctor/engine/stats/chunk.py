@@ -218,8 +218,8 @@ class GeneralChunk:
 
     @cached_property
     def identical_completions(self) -> np.ndarray | None:
-        """``[G]`` groups whose valid rows all have the same completion code (True for a group without valid
-        rows), None without completion codes."""
+        """``[G]`` groups whose valid rows all have the same logged completion (one code, not null; True for a group
+        without valid rows), None without completion codes."""
         rows = self.input.completions
         if rows is None or rows.codes is None:
             return None
@@ -229,7 +229,18 @@ class GeneralChunk:
         low = np.full(self.num_groups, np.iinfo(np.int64).max)
         np.maximum.at(high, group, codes)
         np.minimum.at(low, group, codes)
-        return np.asarray(high <= low)  # max <= min: one code (or no valid row)
+        return np.asarray((high <= low) & (low >= 0))  # max <= min: one code (or no valid row); no null text
+
+    @cached_property
+    def known_completions(self) -> np.ndarray | None:
+        """``[G]`` groups whose valid rows all have a logged completion (no null text), None without codes."""
+        rows = self.input.completions
+        if rows is None or rows.codes is None:
+            return None
+        group, _, valid = self.host_rows
+        low = np.full(self.num_groups, np.iinfo(np.int64).max)
+        np.minimum.at(low, group[valid], rows.codes[valid])
+        return np.asarray(low >= 0)
 
     @cached_property
     def total_ss(self) -> Tensor:

@@ -58,7 +58,9 @@ def general(c: GeneralChunk) -> dict[str, np.ndarray]:
         return np.bincount(group_step, weights=mask, minlength=c.num_steps).astype(np.float64)
 
     rows = c.input.completions
-    out = _series(per_step, eligible, equal, c.identical_completions, rows, valid, step, c.num_steps)
+    out = _series(
+        per_step, eligible, equal, c.identical_completions, c.known_completions, rows, valid, step, c.num_steps
+    )
     group = to_host(c.group_index)
     rewards = to_host(c.input.rewards).astype(np.float64)
     return out | length_moments(rewards, group, group_step, rows, valid, c.num_steps)
@@ -68,7 +70,15 @@ def dense(c: DenseChunk) -> dict[str, np.ndarray]:
     eligible = np.ones(c.num_groups, dtype=bool)  # groups of g >= 2 rows without NaN
     valid = np.ones(c.num_rows, dtype=bool)
     out = _series(
-        c.steps_sum, eligible, c.equal_rewards, c.identical_completions, c.completions, valid, c.step_index, c.num_steps
+        c.steps_sum,
+        eligible,
+        c.equal_rewards,
+        c.identical_completions,
+        c.known_completions,
+        c.completions,
+        valid,
+        c.step_index,
+        c.num_steps,
     )
     group = np.arange(c.num_rows, dtype=np.int64) // c.g
     rewards = np.asarray(c.rewards, dtype=np.float64)
@@ -125,6 +135,7 @@ def _series(
     eligible: np.ndarray,
     equal: np.ndarray,
     identical: np.ndarray | None,
+    known: np.ndarray | None,
     rows: CompletionRows | None,
     valid: np.ndarray,
     step: np.ndarray,
@@ -143,11 +154,11 @@ def _series(
         "completion_length_max": unknown,
     }
     codes = None if rows is None else rows.codes
-    if codes is not None and identical is not None:
-        out["completion_groups"] = per_step(eligible)
+    if codes is not None and identical is not None and known is not None:
+        out["completion_groups"] = per_step(eligible & known)  # groups whose every completion was logged
         out["identical_completion_groups"] = per_step(eligible & identical)
-        out["equal_reward_distinct_groups"] = per_step(equal & ~identical)
-        out["distinct_completion_share"] = distinct_share(codes, valid, step, num_steps)
+        out["equal_reward_distinct_groups"] = per_step(equal & known & ~identical)
+        out["distinct_completion_share"] = distinct_share(codes, valid & (codes >= 0), step, num_steps)
     lengths = None if rows is None else rows.lengths
     if lengths is not None:
         out["completion_length_mean"], out["completion_length_max"] = length_stats(lengths, valid, step, num_steps)

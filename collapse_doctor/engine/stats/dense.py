@@ -431,11 +431,20 @@ class DenseChunk:
 
     @cached_property
     def identical_completions(self) -> np.ndarray | None:
-        """``[G]`` groups whose completions are all the same (one code), None without completion codes."""
+        """``[G]`` groups whose completions are all the same logged text (one code, not null), None without completion
+        codes."""
         if self.completions is None or self.completions.codes is None:
             return None
         codes = self.completions.codes.reshape(self.num_groups, self.g)
-        return np.asarray(codes.min(axis=1) == codes.max(axis=1))
+        low = codes.min(axis=1)
+        return np.asarray((low == codes.max(axis=1)) & (low >= 0))
+
+    @cached_property
+    def known_completions(self) -> np.ndarray | None:
+        """``[G]`` groups whose every completion was logged (no null text), None without completion codes."""
+        if self.completions is None or self.completions.codes is None:
+            return None
+        return np.asarray(self.completions.codes.reshape(self.num_groups, self.g).min(axis=1) >= 0)
 
     @cached_property
     def total_ss(self) -> np.ndarray:

@@ -107,7 +107,8 @@ def general(c: GeneralChunk) -> dict[str, Tensor]:
         out[f"identical_fail_groups_{name}"] = (
             unknown if same_text is None else c.steps_of_groups((silent & all_bottom & same_text).double())
         )
-        out[f"silent_cancel_groups_{name}"] = c.steps_of_groups((silent & varied).double())
+        cancel = silent & varied if same_text is None else silent & varied & ~same_text
+        out[f"silent_cancel_groups_{name}"] = c.steps_of_groups(cancel.double())
     return out
 
 
@@ -130,7 +131,8 @@ def dense(c: DenseChunk) -> dict[str, np.ndarray]:
         out[f"identical_fail_groups_{name}"] = (
             np.full(c.num_steps, np.nan) if same_text is None else c.steps_sum(silent & all_bottom & same_text)
         )
-        out[f"silent_cancel_groups_{name}"] = c.steps_sum(silent & varied)
+        cancel = silent & varied if same_text is None else silent & varied & ~same_text
+        out[f"silent_cancel_groups_{name}"] = c.steps_sum(cancel)
     return out
 
 

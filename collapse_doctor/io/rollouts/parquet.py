@@ -16,6 +16,7 @@ Every problem is raised before the first step is handed on, except those only vi
 from __future__ import annotations
 
 import copy
+import json
 from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
@@ -721,17 +722,25 @@ def completion_rows(table: pa.Table, cols: ColumnMap) -> tuple[np.ndarray | None
     codes = lengths = None
     if cols.completion:
         column = table.column(cols.completion).combine_chunks()
+        if not _is_text(column.type):  # chat messages (lists of structs) and the like: compared as their JSON
+            column = pa.array(
+                [None if v is None else json.dumps(v, sort_keys=True, default=str) for v in column.to_pylist()],
+                type=pa.string(),
+            )
+    if cols.completion and column.null_count < len(column):  # an all-null column carries no text
         encoded = pc.dictionary_encode(column)
         codes = np.asarray(pc.fill_null(encoded.indices, -1).to_numpy(zero_copy_only=False), dtype=np.int64)
         dictionary = encoded.dictionary
-        if cols.completion_length is None and (
-            pa.types.is_string(column.type) or pa.types.is_large_string(column.type)
-        ):
+        if cols.completion_length is None and _is_text(column.type):
             per_text = np.append(_as_float64(pc.utf8_length(dictionary)), np.nan)
             lengths = per_text[np.where(codes >= 0, codes, len(dictionary))]
     if cols.completion_length:
         lengths = _as_float64(table.column(cols.completion_length).combine_chunks())
     return codes, lengths
+
+
+def _is_text(dtype: pa.DataType) -> bool:
+    return bool(pa.types.is_string(dtype) or pa.types.is_large_string(dtype))
 
 
 def _as_float64(values: pa.Array) -> np.ndarray:

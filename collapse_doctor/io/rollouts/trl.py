@@ -29,10 +29,12 @@ FILE_NAME = re.compile(r"completions_(\d+)\.parquet")
 """TRL's file name, ``completions_<step>.parquet``."""
 
 
-def _text(column: pa.ChunkedArray) -> list[str]:
+def _text(column: pa.ChunkedArray, null: str | None = "") -> list[str | None]:
+    """Texts of a column (JSON for chat messages); a null becomes ``null`` (prompts: "", completions: None, which is
+    "not logged", never a text of its own)."""
     if pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
-        return [v if v is not None else "" for v in column.to_pylist()]
-    return [json.dumps(v, sort_keys=True, default=str) for v in column.to_pylist()]
+        return [v if v is not None else null for v in column.to_pylist()]
+    return [json.dumps(v, sort_keys=True, default=str) if v is not None else null for v in column.to_pylist()]
 
 
 def _numeric(dtype: pa.DataType) -> bool:
@@ -95,7 +97,7 @@ def open_trl_completions(
             "step from the file name completions_<step>.parquet",
         ) from exc
     columns: dict[str, pa.Array | pa.ChunkedArray] = {"step": step_column}
-    prompts = _text(table.column("prompt")) if "prompt" in table.column_names else None
+    prompts = [t or "" for t in _text(table.column("prompt"))] if "prompt" in table.column_names else None
     if prompts is not None and group_size is None:
         steps = columns["step"].to_numpy()
         ids = np.zeros(len(steps), dtype=np.int64)
@@ -114,7 +116,7 @@ def open_trl_completions(
     if prompts is not None:
         columns["prompt"] = pa.array(prompts)
     if "completion" in table.column_names:
-        columns["completion"] = pa.array(_text(table.column("completion")))
+        columns["completion"] = pa.array(_text(table.column("completion"), null=None))
     if "advantage" in table.column_names and _numeric(table.schema.field("advantage").type):
         columns["advantage"] = pc.cast(table.column("advantage"), pa.float64())
     run = TableRun(pa.table(columns), label=label, sources=files, group_size=group_size, weights=weights)

@@ -33,7 +33,26 @@ def identical_share(ctx: DetectionContext) -> np.ndarray:
         return np.where(support > 0, series["identical_completion_groups"] / np.maximum(support, 1), np.nan)
 
 
-def _share_over(ctx: DetectionContext, rows: slice) -> tuple[float, int]:
+def supported_window(ctx: DetectionContext, minimum: float) -> slice:
+    """The current window, widened towards the start until it holds ``minimum`` groups with logged completions
+    (a run of few prompts per step judges its last steps on enough groups)."""
+    rows = current_window(ctx)
+    support = np.nan_to_num(ctx.series["completion_groups"])
+    start = rows.start
+    while start > 0 and float(support[start : rows.stop].sum()) < minimum:
+        start -= 1
+    return slice(start, rows.stop)
+
+
+def collapsed_now(ctx: DetectionContext) -> bool:
+    """Whether most groups of the current window (widened to CD105's ``min_groups``) hold one completion repeated."""
+    if "completion_groups" not in ctx.series or ctx.series.num_steps == 0:
+        return False
+    share, groups = identical_share_over(ctx, supported_window(ctx, ctx.threshold("CD105", "min_groups")))
+    return groups > 0 and share > ctx.threshold("CD105", "share")
+
+
+def identical_share_over(ctx: DetectionContext, rows: slice) -> tuple[float, int]:
     """Identical groups / groups with completions over some steps, and that support."""
     series = ctx.series
     groups = float(np.nansum(series["completion_groups"][rows]))
@@ -102,9 +121,9 @@ class ModeCollapse(Detector):
         if stretch is None:
             return []
         window = ctx.window(stretch)
-        during, during_groups = _share_over(ctx, window)
-        now_rows = current_window(ctx)
-        now, now_groups = _share_over(ctx, now_rows)
+        during, during_groups = identical_share_over(ctx, window)
+        now_rows = supported_window(ctx, minimum)
+        now, now_groups = identical_share_over(ctx, now_rows)
         distinct_now = float(np.nanmedian(series["distinct_completion_share"][now_rows]))
         alg = ctx.algorithm
         rows = float(np.nansum(series["valid_rows"][window]))
@@ -112,14 +131,15 @@ class ModeCollapse(Detector):
         steps = series.steps
         first, last = int(steps[stretch[0]]), int(steps[stretch[1]])
         entropy = _entropy(ctx)
-        still = now_groups >= minimum and now > share_cut
+        # Still collapsed: the stretch reaches the last step, or the current window is still mostly identical.
+        still = stretch[1] == series.num_steps - 1 or now > share_cut
         shown_entropy = (
             f"; logged entropy {entropy['entropy_early']:.3g} early, {entropy['entropy_now']:.3g} now"
             if entropy
             else ""
         )
         if still:
-            severity = Severity.CRITICAL
+            severity = Severity.CRITICAL if now > share_cut else Severity.WARNING
             title = "the policy collapsed to identical completions"
             message = (
                 f"{pct(now)} of groups hold one completion repeated over the last {now_rows.stop - now_rows.start} "

@@ -52,7 +52,7 @@ def policy_collapse_remedy(before_step: int | None = None) -> Remedy:
     return Remedy(
         f"the policy collapsed, not the rewards: lower the learning rate ({LOWER_LR.frameworks}), raise the "
         f"sampling temperature ({HOTTER.frameworks}) or anchor the policy with a KL penalty ({MORE_KL.frameworks})"
-        f"{restart}; do not reweight the channels or switch the aggregation: neither changes a group of "
+        f"{restart}; do not reweight the channels or switch the aggregation for it: neither changes a group of "
         "identical completions",
         (LOWER_LR, HOTTER, MORE_KL),
     )

@@ -11,6 +11,7 @@ from collapse_doctor.core.findings import ChangeSetting
 from collapse_doctor.core.numbers import pct
 from collapse_doctor.judge.budget import SignalBudget, signal_budget
 from collapse_doctor.judge.detectors.base import DetectionContext, Detector, Finding, NotEnoughData, Severity, register
+from collapse_doctor.judge.detectors.mode_collapse import collapsed_now
 from collapse_doctor.judge.detectors.remedies import (
     MORE_GENERATIONS,
     Remedy,
@@ -120,7 +121,13 @@ class ZeroVarianceGroups(Detector):
             )
             if single >= 0.1
             else None,
-            policy_collapse_remedy(int(series.steps[stretch[0]])) if own.repeated_group_share >= cause else None,
+            (
+                policy_collapse_remedy(int(series.steps[stretch[0]]))
+                if collapsed_now(ctx)
+                else "the collapse to identical completions has ended (CD105): nothing to change for it now"
+            )
+            if own.repeated_group_share >= cause
+            else None,
             Remedy(
                 f"both all-pass ({pct(own.pass_group_share)}) and all-fail ({pct(own.fail_group_share)}) groups at "
                 f"group size {size}: a pass/fail outcome leaves at least {pct(2.0 ** (1 - size))} of such groups "

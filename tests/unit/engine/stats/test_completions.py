@@ -61,11 +61,12 @@ def reference(case: Case, codes: np.ndarray | None, lengths: np.ndarray | None) 
                 nan[:, k].all() or (not nan[:, k].any() and len(set(r[:, k].tolist())) == 1)
                 for k in range(case.num_channels)
             )
-            identical = codes is not None and len(set(codes[valid].tolist())) == 1
-            out["completion_groups"][s] += 1
+            known = codes is not None and bool((codes[valid] >= 0).all())  # a null text (-1) is not logged
+            identical = known and len(set(codes[valid].tolist())) == 1
+            out["completion_groups"][s] += known
             out["identical_completion_groups"][s] += identical
             out["equal_reward_groups"][s] += equal
-            out["equal_reward_distinct_groups"][s] += equal and not identical
+            out["equal_reward_distinct_groups"][s] += equal and known and not identical
             present = [k for k in range(case.num_channels) if not nan[:, k].all()]
             at_top = all(not nan[:, k].any() and (r[:, k] == step_max[k]).all() for k in present)
             at_bottom = all(not nan[:, k].any() and (r[:, k] == step_min[k]).all() for k in present)
@@ -75,10 +76,10 @@ def reference(case: Case, codes: np.ndarray | None, lengths: np.ndarray | None) 
                     out[f"silent_identical_groups_{a}"][s] += identical
                     out[f"identical_pass_groups_{a}"][s] += identical and at_top
                     out[f"identical_fail_groups_{a}"][s] += identical and at_bottom
-                    out[f"silent_cancel_groups_{a}"][s] += not equal
+                    out[f"silent_cancel_groups_{a}"][s] += not equal and not identical
         if codes is not None:
-            distinct = len(set(codes[valid_rows].tolist()))
-            out["distinct_completion_share"][s] = distinct / len(valid_rows) if len(valid_rows) else np.nan
+            logged = [c for c in codes[valid_rows].tolist() if c >= 0]
+            out["distinct_completion_share"][s] = len(set(logged)) / len(logged) if logged else np.nan
         for rows in case.groups(s):
             for k in range(case.num_channels):
                 if lengths is None:
@@ -137,7 +138,7 @@ def made_up_completions(case: Case, seed: int = 1) -> tuple[np.ndarray, np.ndarr
         if k % 3 == 0:
             codes[rows] = 1000 + int(g) % 4  # one completion per group; groups of a step share some
         elif k % 7 == 1:
-            codes[rows] = -1  # null texts: a value of their own
+            codes[rows] = -1  # null texts: not logged (never identical, outside the support)
     lengths = rng.integers(1, 300, n).astype(float)
     lengths[rng.random(n) < 0.1] = np.nan
     return codes, lengths

@@ -74,3 +74,34 @@ def test_without_completion_text_it_cannot_judge(tmp_path: Path) -> None:
     diagnosis = scan(path)
     assert not by_code(diagnosis, "CD105")
     assert "no completion text" in diagnosis.skipped["CD105"]
+
+
+def test_null_texts_are_not_a_collapse(tmp_path: Path) -> None:
+    """A completion column that is all null logged no text: nothing can be said about collapse (skipped), and
+    partly null groups never count as one completion repeated."""
+    import pyarrow as pa
+
+    path = runs.completions_run(tmp_path / "run.parquet", collapse_from=None)
+    table = pq.read_table(path)
+    nulls = pa.nulls(table.num_rows, pa.string())
+    pq.write_table(table.set_column(table.column_names.index("completion"), "completion", nulls), path)
+    diagnosis = scan(path)
+    assert not by_code(diagnosis, "CD105") and "no completion text" in diagnosis.skipped["CD105"]
+    assert diagnosis.run.signal["silent_causes"]["identical_completions"] is None
+
+
+def test_a_collapse_that_lasts_on_one_prompt_a_step_is_not_recovered(tmp_path: Path) -> None:
+    """One group a step, 60 steps, identical completions from step 30 to the last: the last 6 steps (10%) hold 6
+    groups, fewer than min_groups (8), so the window widens to the last 8 steps (8 groups, all identical). The
+    stretch reaches the last step: the collapse has not recovered, and it is critical."""
+    diagnosis = scan(runs.completions_run(tmp_path / "run.parquet", collapse_from=30, groups=1, steps=60))
+    (finding,) = by_code(diagnosis, "CD105")
+    assert finding.severity == Severity.CRITICAL and "recovered" not in finding.title
+    assert finding.evidence["groups_now"] == 8 and finding.evidence["identical_group_share_now"] == 1.0
+
+
+def test_an_ended_collapse_does_not_ask_to_change_the_policy(tmp_path: Path) -> None:
+    diagnosis = scan(runs.completions_run(tmp_path / "run.parquet", collapse_from=20, recover_at=60, steps=200))
+    for finding in diagnosis.findings:
+        if finding.code in ("CD102", "CD105"):
+            assert not any(a.kind == "trainer_setting" and a.setting == "learning_rate" for a in finding.actions)
