@@ -375,11 +375,10 @@ class AdvantageBound(Detector):
                     gdpo_resolves=None,
                 )
             )
-        maes = np.stack([series[f"logged_mae_{c}"] for c in candidates])
+        per_step = np.stack([series[f"logged_mae_{c}"] for c in candidates])
         # a step whose rewards are all NaN has no MAE under any recomputation: NaN, never a warning on stderr
-        best_series = np.where(
-            np.isnan(maes).all(axis=0), np.nan, np.nanmin(np.where(np.isnan(maes), np.inf, maes), axis=0)
-        )
+        missing = np.isnan(per_step)
+        best_series = np.where(missing.all(axis=0), np.nan, np.where(missing, np.inf, per_step).min(axis=0))
         stretch = ctx.sustained(ctx.smooth(best_series) > ctx.threshold(self.code, "mismatch_mae"))
         if stretch is not None and dynamic:
             window = ctx.window(stretch)
