@@ -189,7 +189,9 @@ class RolloutMonitor:
             values[f"{SCALAR_PREFIX}zero_variance_share/{channel}"] = float(stats["channel_zero_var_share"][s][k])
             weight = float(record.weights[k]) if record.weights is not None else self.weights.get(channel, 1.0)
             values[f"{SCALAR_PREFIX}weight/{channel}"] = weight
-        values[f"{SCALAR_PREFIX}zero_variance_share"] = float(stats["zero_var_share"][s])
+        # not ``zero_variance_share``: a key that is a path prefix of another (``.../zero_variance_share/<c>``) makes
+        # MLflow's file store fail the whole batch ("Is a directory") and drop the user's own metrics with it
+        values[f"{SCALAR_PREFIX}zero_variance_group_share"] = float(stats["zero_var_share"][s])
         rollouts = float(stats["rollouts"][s])
         values[f"{SCALAR_PREFIX}zero_advantage_share"] = float(stats[f"zero_adv_rows_{algo}"][s]) / max(rollouts, 1.0)
         values[f"{SCALAR_PREFIX}advantage_std"] = float(record.advantages.float().std())

@@ -162,7 +162,8 @@ A log with only these tags (``OUTPUT/tensorboard`` of a retrain) is recognised a
 MONITOR_RULES = _rules(
     [
         (r"collapse_doctor/advantage_std", ADVANTAGE_STD),
-        (r"collapse_doctor/zero_variance_share", ZERO_STD_SHARE),
+        (r"collapse_doctor/zero_variance_group_share", ZERO_STD_SHARE),
+        (r"collapse_doctor/zero_variance_share", ZERO_STD_SHARE),  # written before: a path prefix of the next
         (r"collapse_doctor/rel_gain/(?P<ch>[^/]+)", CHANNEL_REL_GAIN + "{ch}"),
         (r"collapse_doctor/signal_share/(?P<ch>[^/]+)", CHANNEL_SIGNAL_SHARE + "{ch}"),
         (r"collapse_doctor/weight/(?P<ch>[^/]+)", CHANNEL_WEIGHT + "{ch}"),

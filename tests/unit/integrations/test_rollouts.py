@@ -114,3 +114,13 @@ def test_log_scalars_are_the_mean_over_the_steps_since_the_last_log(tmp_path: Pa
     assert logged["collapse_doctor/zero_advantage_share"] == 0.0
     assert m.take_log_scalars() == {}
     assert not (tmp_path / "tensorboard").exists()
+
+
+def test_no_scalar_key_is_a_path_prefix_of_another(tmp_path: Path) -> None:
+    """MLflow's file store keeps a metric as a file at its key's path: a key that is a directory of another
+    (``a`` and ``a/b``) fails the whole logged batch, the user's own metrics with it."""
+    m = monitor(tmp_path, write_every=1, tensorboard=False)
+    m.record(record(0))
+    m.record(record(1))
+    keys = set(m.take_log_scalars())
+    assert keys and not [k for k in keys for other in keys if other.startswith(k + "/")]
