@@ -10,6 +10,7 @@ import time. :meth:`Detector.detect` reads the per-step series of a run and retu
 from __future__ import annotations
 
 import inspect
+import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -90,6 +91,13 @@ class DetectionContext:
     def sustained(self, condition: np.ndarray) -> tuple[int, int] | None:
         return persistent_onset(np.asarray(condition, dtype=bool), self.persistence)
 
+    @property
+    def current_window(self) -> slice:
+        """The rows of the run's current window (:func:`current_size` of its steps): a condition that holds through
+        it is graded on it."""
+        n = self.series.num_steps
+        return slice(n - current_size(n, self.persistence), n)
+
     @staticmethod
     def window(stretch: tuple[int, int]) -> slice:
         """The series rows of a stretch (both ends included)."""
@@ -112,6 +120,20 @@ class DetectionContext:
         A finding's ``gdpo_resolves`` is whether its condition would NOT fire on this context.
         """
         return replace(self, algorithm_override=self.other_algorithm)
+
+
+CURRENT_SHARE = 0.1
+"""The current window of a run or a series: its last 10% (at least the persistence window)."""
+
+
+def current_size(n: int, persistence: int, minimum: int = 1) -> int:
+    """How many of ``n`` steps (or points) the current window holds: :data:`CURRENT_SHARE` of them, at least the
+    persistence window and ``minimum``, at most all.
+
+    >>> current_size(200, 10), current_size(40, 3, minimum=5), current_size(2, 3)
+    (20, 5, 2)
+    """
+    return min(n, max(persistence, math.ceil(CURRENT_SHARE * n), minimum))
 
 
 class NotEnoughData(Exception):

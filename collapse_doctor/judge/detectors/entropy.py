@@ -14,7 +14,7 @@ from collapse_doctor.core import scalars as S
 from collapse_doctor.core.findings import ChangeSetting
 from collapse_doctor.core.numbers import pct
 from collapse_doctor.core.smoothing import persistent_onset
-from collapse_doctor.judge.detectors.base import DetectionContext, Finding, Severity, register
+from collapse_doctor.judge.detectors.base import DetectionContext, Finding, Severity, current_size, register
 from collapse_doctor.judge.detectors.remedies import CLIP_HIGHER, HOTTER, LOWER_LR, Remedy, nanmedian
 from collapse_doctor.judge.detectors.scalar_base import (
     MIN_POINTS,
@@ -31,10 +31,6 @@ from collapse_doctor.judge.detectors.trends import noise_sigma
 ENTROPY_BONUS = ChangeSetting("entropy_coef", "raise")
 EXPLORE = (HOTTER, ENTROPY_BONUS, CLIP_HIGHER, LOWER_LR)
 """An entropy collapse: sample more widely, reward entropy, let unlikely tokens rise, or move the policy slower."""
-
-
-CURRENT_SHARE = 0.1
-"""The current window: the last 10% of a series' points (at least the persistence window, at least 3 points)."""
 
 
 @dataclass(frozen=True)
@@ -239,7 +235,7 @@ class EntropyCollapse(ScalarDetector):
 
     def _window(self, ctx: DetectionContext, n: int) -> int:
         """Points in the early and the current window: 10% of them, at least the persistence window and 3."""
-        return min(n, max(self.persistence(ctx, n), math.ceil(CURRENT_SHARE * n), 3))
+        return current_size(n, self.persistence(ctx, n), minimum=3)
 
     def _reward(
         self, ctx: DetectionContext, early_end: float, onset: float, now_from: float, now_to: float

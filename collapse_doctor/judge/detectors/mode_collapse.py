@@ -13,17 +13,6 @@ from collapse_doctor.core.numbers import pct
 from collapse_doctor.judge.detectors.base import DetectionContext, Detector, NotEnoughData, register
 from collapse_doctor.judge.detectors.remedies import policy_collapse_remedy
 
-CURRENT_SHARE = 0.1
-"""The current window: the last 10% of the run's steps (at least the persistence window)."""
-
-
-def current_window(ctx: DetectionContext) -> slice:
-    """The rows of the run's current window: the last :data:`CURRENT_SHARE` of its steps, at least the
-    persistence window (a condition that holds through it is graded on it)."""
-    n = ctx.series.num_steps
-    size = min(n, max(ctx.persistence, int(np.ceil(CURRENT_SHARE * n))))
-    return slice(n - size, n)
-
 
 def identical_share(ctx: DetectionContext) -> np.ndarray:
     """Per step: the share of the groups with logged completions whose members all wrote the same one."""
@@ -36,7 +25,7 @@ def identical_share(ctx: DetectionContext) -> np.ndarray:
 def supported_window(ctx: DetectionContext, minimum: float) -> slice:
     """The current window, widened towards the start until it holds ``minimum`` groups with logged completions
     (a run of few prompts per step judges its last steps on enough groups)."""
-    rows = current_window(ctx)
+    rows = ctx.current_window
     support = np.nan_to_num(ctx.series["completion_groups"])
     start = rows.start
     while start > 0 and float(support[start : rows.stop].sum()) < minimum:

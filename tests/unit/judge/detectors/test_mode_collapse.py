@@ -102,6 +102,7 @@ def test_a_collapse_that_lasts_on_one_prompt_a_step_is_not_recovered(tmp_path: P
 
 def test_an_ended_collapse_does_not_ask_to_change_the_policy(tmp_path: Path) -> None:
     diagnosis = scan(runs.completions_run(tmp_path / "run.parquet", collapse_from=20, recover_at=60, steps=200))
+    assert [f.severity for f in by_code(diagnosis, "CD105")] == [Severity.INFO], "the ended collapse is reported"
     for finding in diagnosis.findings:
         if finding.code in ("CD102", "CD105"):
             assert not any(a.kind == "trainer_setting" and a.setting == "learning_rate" for a in finding.actions)
