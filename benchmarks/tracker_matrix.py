@@ -70,9 +70,8 @@ def count(tracker: str, out: Path) -> dict[str, int]:
 
         for path in sorted(set(glob.glob(f"{out}/**/*.wandb", recursive=True))):
             read = read_wandb_log(path)
-            counts.update(
-                dict(zip(read.tag_names, np.bincount(read.tag_index, minlength=len(read.tag_names)).tolist()))
-            )
+            points = np.bincount(read.tag_index, minlength=len(read.tag_names)).tolist()
+            counts.update(dict(zip(read.tag_names, points, strict=True)))
     else:
         from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
