@@ -396,6 +396,19 @@ class Finding:
     gdpo_resolves: bool | None = None
     actions: tuple[Action, ...] = ()
     """What the remedy proposes, as data (``retrain --from-scan`` applies these; the text words them)."""
+    recovered_step: int | None = None
+    """The step the condition ended at, when it ended before the run's current window (then the finding is info)."""
+
+    @property
+    def condition(self) -> str:
+        """The title without its "; recovered at step N" (what the condition is, whether it lasts or ended).
+
+        >>> Finding("CD102", Severity.INFO, "silent; recovered at step 9", "m", recovered_step=9).condition
+        'silent'
+        """
+        if self.recovered_step is None:
+            return self.title
+        return self.title.removesuffix(f"; recovered at step {self.recovered_step}")
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -410,6 +423,7 @@ class Finding:
             "remedy": self.remedy,
             "actions": [a.to_dict() for a in self.actions],
             "gdpo_resolves": self.gdpo_resolves,
+            "recovered_step": self.recovered_step,
         }
 
 

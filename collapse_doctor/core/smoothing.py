@@ -103,11 +103,25 @@ def rolling(values: np.ndarray, window: int, how: str = "median", *, cumulative:
     return out
 
 
-def persistent_onset(condition: np.ndarray, min_run: int) -> tuple[int, int] | None:
+class Stretch(tuple[int, int]):
+    """``(start, end)`` indices of a sustained condition, inclusive, with the per-row ``condition`` it was found in
+    (so a grader can ask whether the condition still holds in most of a later window, not only whether a
+    sustained episode reaches it). Compares, unpacks and prints as the plain pair."""
+
+    condition: np.ndarray
+
+    def __new__(cls, start: int, end: int, condition: np.ndarray) -> Stretch:
+        made = super().__new__(cls, (start, end))
+        made.condition = condition
+        return made
+
+
+def persistent_onset(condition: np.ndarray, min_run: int) -> Stretch | None:
     """Where a condition holds persistently: (start, end) indices, inclusive, or ``None``.
 
     ``start`` opens the first stretch of at least ``min_run`` consecutive True values (the onset);
-    ``end`` closes the last such stretch, so the range covers every sustained episode.
+    ``end`` closes the last such stretch, so the range covers every sustained episode. The result is a
+    :class:`Stretch` that also carries the condition.
 
     >>> persistent_onset(np.array([0, 1, 1, 0, 1, 1, 1, 1, 0, 1, 1, 1], bool), 3)
     (4, 11)
@@ -122,7 +136,7 @@ def persistent_onset(condition: np.ndarray, min_run: int) -> tuple[int, int] | N
     long_enough = (ends - starts + 1) >= min_run
     if not long_enough.any():
         return None
-    return int(starts[long_enough][0]), int(ends[long_enough][-1])
+    return Stretch(int(starts[long_enough][0]), int(ends[long_enough][-1]), values)
 
 
 def ratio_to_running_peak(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

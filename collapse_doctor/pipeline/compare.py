@@ -208,14 +208,14 @@ class FindingMatch:
 
     @property
     def title(self) -> str:
-        """The title in the first run that has it (see :attr:`titles_differ`)."""
-        return next(f.title for f in self.findings if f is not None)
+        """The condition in the first run that has it (see :attr:`titles_differ`; whether it recovered is per run)."""
+        return next(f.condition for f in self.findings if f is not None)
 
     @property
     def titles_differ(self) -> bool:
         """Whether the runs word it differently: one code and channels, another state (a channel saturated at its
         ceiling in one run, never earned in the other)."""
-        return len({f.title for f in self.findings if f is not None}) > 1
+        return len({f.condition for f in self.findings if f is not None}) > 1
 
     @property
     def worst(self) -> Severity:

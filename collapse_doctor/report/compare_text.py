@@ -132,7 +132,8 @@ def _at(finding: Finding | None) -> str:
     if finding is None:
         return "-"
     onset = f" @{finding.onset_step}" if finding.onset_step is not None else ""
-    return f"{finding.severity.label}{onset}"
+    ended = f", ended @{finding.recovered_step}" if finding.recovered_step is not None else ""
+    return f"{finding.severity.label}{onset}{ended}"
 
 
 def _findings(console: Console, comparison: Comparison, letters: Sequence[str]) -> None:
@@ -152,10 +153,10 @@ def _findings(console: Console, comparison: Comparison, letters: Sequence[str]) 
         where = "in every run" if match.shared else "only in " + ", ".join(letters[i] for i in present)
         title = match.title
         if match.titles_differ:
-            title = " / ".join(f"{letters[i]}: {f.title}" for i, f in enumerate(match.findings) if f is not None)
+            title = " / ".join(f"{letters[i]}: {f.condition}" for i, f in enumerate(match.findings) if f is not None)
         table.add_row(match.code, printable(title), *(_at(f) for f in match.findings), where)
     console.print(table)
-    console.print("  (severity @ onset step)", style="dim")
+    console.print("  (severity @ onset step, ended @ the step a condition recovered at)", style="dim")
     console.print()
 
 

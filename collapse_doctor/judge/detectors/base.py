@@ -14,7 +14,7 @@ import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import numpy as np
 
@@ -98,6 +98,24 @@ class DetectionContext:
         n = self.series.num_steps
         return slice(n - current_size(n, self.persistence), n)
 
+    def recovered_at(self, stretch: tuple[int, int], steps: np.ndarray | None = None) -> int | None:
+        """The step a sustained condition ended at, when it ended before the current window; ``None`` while it
+        holds through it (see :data:`CURRENT_WINDOW_RULE`).
+
+        ``stretch`` indexes ``steps`` (the run's steps by default, or one scalar series' own steps, whose current
+        window is counted in its own points).
+        """
+        if steps is None:
+            steps = self.series.steps
+        n = len(steps)
+        start = n - current_size(n, self.config.persistence_steps(n))
+        if stretch[1] >= start or stretch[1] + 1 >= n:
+            return None
+        held = getattr(stretch, "condition", None)
+        if held is not None and len(held) == n and float(np.mean(held[start:])) >= 0.5:
+            return None  # no sustained episode reaches the window, but the condition holds in most of it
+        return int(steps[stretch[1] + 1])
+
     @staticmethod
     def window(stretch: tuple[int, int]) -> slice:
         """The series rows of a stretch (both ends included)."""
@@ -124,6 +142,18 @@ class DetectionContext:
 
 CURRENT_SHARE = 0.1
 """The current window of a run or a series: its last 10% (at least the persistence window)."""
+
+CURRENT_WINDOW_RULE = (
+    "A sustained condition is graded on the run's current window: its last 10% of steps (of points, for a "
+    "scalar series), at least the persistence window. A condition that holds through the current window is "
+    "graded on it (a collapse that lasts to the end is critical and the verdict COLLAPSED). A condition that "
+    'ended before the current window is reported as info, with "recovered at step N" in its title and '
+    "`recovered_step` in the JSON; its remedy is kept for reference but proposes no action, and it never "
+    "decides the verdict or fails a gate at `--fail-on warning`. A detector whose harm is done while its condition "
+    "holds (a transition that always ends) keeps its severity after it ends; the reference says which."
+)
+"""The grading rule every detector with an onset follows (:meth:`Detector.finding` applies it); docs/detectors.md
+states it."""
 
 
 def current_size(n: int, persistence: int, minimum: int = 1) -> int:
@@ -153,10 +183,14 @@ class Detector:
     requires: ClassVar[tuple[str, ...]] = ("rollouts",)
     thresholds: ClassVar[Mapping[str, float | int]] = {}
     targets: ClassVar[str] = "run"
-    channel_state: ClassVar[str | None] = None
-    """The state the channel table gives the channels this detector's findings name (e.g. CD104: ``clipped``)."""
     """What one finding is about: the whole ``run``, one ``channel``, or a channel ``pair`` (JUnit has a test
     case per target)."""
+    channel_state: ClassVar[str | None] = None
+    """The state the channel table gives the channels this detector's findings name (e.g. CD104: ``clipped``)."""
+    graded_on_current_window: ClassVar[bool] = True
+    """Whether :meth:`finding` applies :data:`CURRENT_WINDOW_RULE`. False for a detector whose harm is done while
+    its condition holds (CD402: a channel squeezed while another one saturates, a transition that always ends), which
+    keeps its severity after the condition ends."""
 
     def detect(self, ctx: DetectionContext) -> list[Finding]:  # pragma: no cover - abstract
         raise NotImplementedError
@@ -171,23 +205,34 @@ class Detector:
         message: str,
         steps: np.ndarray | None = None,
         remedy: str | Remedy = "",
+        recovered: int | Literal["auto"] | None = "auto",
         **rest: Any,
     ) -> Finding:
         """A finding of this detector whose onset and step range come from a sustained stretch.
 
         ``stretch`` indexes ``steps``: the run's per-step series by default, or the steps of one scalar
         series (CD5xx, whose tags are logged at their own rates). A :class:`Remedy` gives the finding its words
-        and its actions together.
+        and its actions together. :data:`CURRENT_WINDOW_RULE` is applied here: ``recovered`` is the step an
+        ended condition recovered at (``"auto"``: :meth:`DetectionContext.recovered_at` of the stretch; ``None``:
+        the detector measured that it still holds).
         """
         if steps is None:
             steps = ctx.series.steps
         if isinstance(remedy, Remedy):
             rest["actions"] = remedy.actions
             remedy = remedy.text
+        if recovered == "auto":
+            recovered = ctx.recovered_at(stretch, steps) if self.graded_on_current_window else None
+        if recovered is not None:  # CURRENT_WINDOW_RULE: an ended condition is history, not a call to act
+            severity, title = Severity.INFO, f"{title}; recovered at step {recovered}"
+            rest["actions"] = ()
+            if remedy:
+                remedy = f"if it returns: {remedy}"
         return Finding(
             code=self.code,
             severity=severity,
             title=title,
+            recovered_step=recovered,
             message=message,
             onset_step=int(steps[stretch[0]]),
             step_range=(int(steps[stretch[0]]), int(steps[stretch[1]])),

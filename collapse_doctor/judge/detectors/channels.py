@@ -186,7 +186,9 @@ class DominantChannel(Detector):
         Summing rewards before normalising lets the channel with the widest spread decide the
         ranking: a binary format check (spread 1) drowns a continuous correctness score (spread
         0.2) even at equal weights. The drowned channel still varies but barely moves the
-        advantages, so the policy does not learn it.
+        advantages, so the policy does not learn it. The squeeze usually ends by itself (the dominant
+        channel saturates and stops varying), but the steps it covered trained the drowned channel less:
+        the finding keeps its severity after it ends (the current-window rule does not downgrade it).
 
     Evidence
         Variance share of the dominant channel under GRPO and GDPO, the share of advantage signs it
@@ -208,6 +210,7 @@ class DominantChannel(Detector):
 
     code = "CD402"
     name = "dominant channel"
+    graded_on_current_window = False  # the squeeze is the transition's harm; it ends when the channel saturates
     default_severity = Severity.WARNING
     targets = "channel"
     thresholds: ClassVar[Mapping[str, float]] = {

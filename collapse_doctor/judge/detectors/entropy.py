@@ -215,7 +215,7 @@ class EntropyCollapse(ScalarDetector):
             title = "entropy collapsed, silent groups rising" if critical else "entropy collapsed without a reward gain"
         else:
             severity = Severity.INFO
-            title = f"entropy collapsed at steps {first}-{last} without a reward gain, recovered at step {recovered}"
+            title = f"entropy collapsed at steps {first}-{last} without a reward gain"  # finding() adds "recovered"
         return [
             self.finding(
                 ctx,
@@ -230,6 +230,7 @@ class EntropyCollapse(ScalarDetector):
                     "and check whether one reward channel dominates (CD402)",
                     EXPLORE,
                 ),
+                recovered=None if ongoing else recovered,
             )
         ]
 

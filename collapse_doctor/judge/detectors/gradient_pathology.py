@@ -122,6 +122,7 @@ class GradientPathology(ScalarDetector):
             ctx,
             (int(where[0]), int(where[-1])),
             steps=found.steps,
+            recovered=None,  # graded by where the events are (at the end or not), not by the current window
             severity=severity,
             title=title,
             message=(
@@ -211,6 +212,7 @@ class GradientPathology(ScalarDetector):
             ctx,
             (int(where[0]), int(where[-1])),
             steps=steps,
+            recovered=None,  # repeated one-off events: their count grades them, not the current window
             severity=Severity.WARNING,
             title="gradient norm spikes again and again",
             message=(

@@ -120,8 +120,8 @@ class ModeCollapse(Detector):
         steps = series.steps
         first, last = int(steps[stretch[0]]), int(steps[stretch[1]])
         entropy = _entropy(ctx)
-        # Still collapsed: the stretch reaches the last step, or the current window is still mostly identical.
-        still = stretch[1] == series.num_steps - 1 or now > share_cut
+        # Still collapsed: the stretch reaches the current window, or the current window is still mostly identical.
+        still = ctx.recovered_at(stretch) is None or now > share_cut
         shown_entropy = (
             f"; logged entropy {entropy['entropy_early']:.3g} early, {entropy['entropy_now']:.3g} now"
             if entropy
@@ -137,9 +137,8 @@ class ModeCollapse(Detector):
                 f"get zero advantage under {alg.upper()}, under any weights{shown_entropy}."
             )
         else:
-            severity = Severity.INFO
-            recovered = int(steps[min(stretch[1] + 1, len(steps) - 1)])
-            title = f"identical completions at steps {first}-{last}, recovered at step {recovered}"
+            severity = Severity.INFO  # finding() adds "recovered at step N" (the current-window rule)
+            title = f"identical completions at steps {first}-{last}"
             message = (
                 f"{pct(during)} of groups held one completion repeated at steps {first}-{last} ({during_groups:,} "
                 f"groups); over the last {now_rows.stop - now_rows.start} steps {pct(now)} ({now_groups:,} groups)"
@@ -163,7 +162,8 @@ class ModeCollapse(Detector):
                 title=title,
                 message=message,
                 evidence=evidence,
-                remedy=remedy if still else "",
+                remedy=remedy,
+                recovered=None if still else ctx.recovered_at(stretch),
                 # computed, not assumed: the identical-completion share is the same series under either aggregation
                 gdpo_resolves=False if ctx.run.rollouts else None,
             )

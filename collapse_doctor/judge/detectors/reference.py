@@ -7,9 +7,9 @@ is out of date.
 from __future__ import annotations
 
 from collapse_doctor.judge.detectors import REGISTRY, explain_sections
-from collapse_doctor.judge.detectors.base import EXPLAIN_HEADINGS
+from collapse_doctor.judge.detectors.base import CURRENT_WINDOW_RULE, EXPLAIN_HEADINGS
 
-JUDGEMENT = """\
+JUDGEMENT = f"""\
 ## How findings are judged
 
 **Verdict levels are defined by harm to the gradient signal the run actually used** (its own aggregation:
@@ -59,6 +59,8 @@ does not decide below its stated minimum (`min_groups`, `min_rows`, `min_pairs`,
 as skipped with "not enough data to judge" instead. A rollout detector also needs a run of at least twice the
 shortest persistence window (`2 * min_persistence`, 6 steps by default): on a shorter run a condition that
 holds throughout is all there is, not a sustained change.
+
+**Severity comes from the current window.** {CURRENT_WINDOW_RULE}
 """
 
 
@@ -86,6 +88,8 @@ def reference_markdown() -> str:
         for heading in EXPLAIN_HEADINGS:
             body = " ".join(sections[heading].split())
             lines += [f"### {heading}", "", body, ""]
+        if not detector.graded_on_current_window:
+            lines += ["*Keeps its severity after its condition ends (the harm is done while it holds).*", ""]
         if detector.thresholds:
             lines += ["### Thresholds", "", "| name | default |", "|---|---|"]
             lines += [f"| `{name}` | {value:g} |" for name, value in detector.thresholds.items()]

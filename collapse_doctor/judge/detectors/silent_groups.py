@@ -100,9 +100,18 @@ class ZeroVarianceGroups(Detector):
         why = _split(own) if own.groups else "every group holds a single rollout"
         if own.groups and single >= 0.1:
             why += f"; {pct(single)} of the groups hold a single rollout"
+        # Graded on the current window while the condition holds through it (CURRENT_WINDOW_RULE).
+        ongoing = ctx.recovered_at(stretch) is None
+        current = signal_budget(series, ctx.algorithm, ctx.current_window) if ongoing else None
+        now = current.zero_advantage_rollout_share if current is not None and current.rollouts else level
         message = (
-            f"{pct(level)} of rollouts carry zero advantage under {alg} ({steps}; {own.rollouts:,} rollouts): "
-            f"{why}. Under {alt} {pct(other.zero_advantage_rollout_share)} would"
+            f"{pct(level)} of rollouts carry zero advantage under {alg} ({steps}; {own.rollouts:,} rollouts)"
+            + (
+                f", {pct(now)} over the last {ctx.current_window.stop - ctx.current_window.start} steps"
+                if current is not None and current.rollouts
+                else ""
+            )
+            + f": {why}. Under {alt} {pct(other.zero_advantage_rollout_share)} would"
             + (" (the same condition fires)." if fires_other else " (below the threshold).")
         )
         resolves = not fires_other
@@ -156,11 +165,12 @@ class ZeroVarianceGroups(Detector):
             self.finding(
                 ctx,
                 stretch,
-                severity=Severity.CRITICAL if level > ctx.threshold(self.code, "critical_share") else Severity.WARNING,
+                severity=Severity.CRITICAL if now > ctx.threshold(self.code, "critical_share") else Severity.WARNING,
                 title="most rollouts give no gradient",
                 message=message,
                 evidence={
                     "zero_advantage_rollout_share": level,
+                    "zero_advantage_rollout_share_now": now,
                     "silent_group_share": own.silent_group_share,
                     "all_pass_group_share": own.all_pass_group_share,
                     "all_fail_group_share": own.all_fail_group_share,

@@ -226,6 +226,8 @@ def _findings_table(comparison: Comparison) -> str:
                 cells.append('<td class="muted">-</td>')
             else:
                 onset = f" @ step {f.onset_step}" if f.onset_step is not None else ""
+                if f.recovered_step is not None:
+                    onset += f", ended @ step {f.recovered_step}"
                 cells.append(
                     f'<td><span class="sev {esc(f.severity.label)}">{esc(f.severity.label)}</span>{esc(onset)}</td>'
                 )
@@ -233,7 +235,9 @@ def _findings_table(comparison: Comparison) -> str:
         title = _rich(printable(match.title))
         if match.titles_differ:  # one code and channels, worded by another state in each run
             title = " / ".join(
-                f"{run_letter(i)}: {_rich(printable(f.title))}" for i, f in enumerate(match.findings) if f is not None
+                f"{run_letter(i)}: {_rich(printable(f.condition))}"
+                for i, f in enumerate(match.findings)
+                if f is not None
             )
         rows.append(
             f"<tr><td><code>{esc(match.code)}</code></td><td>{title}</td>{''.join(cells)}<td>{esc(where)}</td></tr>"
