@@ -8,6 +8,7 @@ from typing import ClassVar
 import numpy as np
 
 from collapse_doctor.core.numbers import pct
+from collapse_doctor.core.series import RunSeries
 from collapse_doctor.core.smoothing import ratio_to_running_peak
 from collapse_doctor.judge.budget import applies_share, channel_extreme_shares
 from collapse_doctor.judge.detectors.base import DetectionContext, Detector, Finding, NotEnoughData, Severity, register
@@ -33,6 +34,32 @@ EXPLORATION = (HOTTER, MORE_GENERATIONS)
 """A fading channel: sample more widely (a higher temperature, more completions per prompt)."""
 
 
+NEAR_CEILING = 0.9
+"""A channel whose mean is this far (share of the way from its run-wide minimum to its maximum) is near its ceiling:
+its spread shrinks because it is learned, not because it fades."""
+
+
+def _mean_level(series: RunSeries, k: int, window: slice, start: int) -> dict[str, float]:
+    """Channel ``k``'s mean before the stretch and during it, and where the latter sits between the channel's
+    run-wide minimum (0) and maximum (1)."""
+    mean = series["reward_mean"][:, k]
+    low, high = np.nanmin(series["reward_min"][:, k]), np.nanmax(series["reward_max"][:, k])
+    during = nanmedian(mean[window])
+    before = nanmedian(mean[:start]) if start > 0 else float("nan")
+    span = float(high - low)
+    position = (during - float(low)) / span if np.isfinite(span) and span > 0 else float("nan")
+    return {"mean_before": before, "mean_during": during, "position": position}
+
+
+def _identical_share(series: RunSeries, window: slice) -> float:
+    """The share of the stretch's groups (with logged completions) whose members wrote one completion; NaN without
+    completion text (unknown, not zero)."""
+    if "completion_groups" not in series:
+        return float("nan")
+    groups = float(np.nansum(series["completion_groups"][window]))
+    return float(np.nansum(series["identical_completion_groups"][window])) / groups if groups > 0 else float("nan")
+
+
 def channel_support(ctx: DetectionContext, k: int) -> float:
     """Median number of groups per step in which channel ``k`` has two or more values."""
     return nanmedian(ctx.series["channel_groups"][:, k])
@@ -50,7 +77,11 @@ class RelGainDecay(Detector):
         too sparse or a broken reward function), or, when rel_gain fell from its own peak to a small
         fraction of it while the channel is neither at its floor nor its ceiling, a channel whose spread is
         fading. rel_gain that never rose is not a decay: a channel constant from the start is reported as
-        saturated or never earned, not as decaying.
+        saturated or never earned, not as decaying. The words follow the numbers: a channel constant because
+        most groups hold one completion repeated is constant because the policy collapsed (info, pointing to
+        CD105); a channel at its floor in most groups whose mean rose is "all or nothing within groups" (info,
+        not "lost"); a channel whose spread shrinks while its mean sits at 90% or more of the way from its
+        run-wide minimum to its maximum is "near its maximum" (info, learned), not fading.
 
     Why it matters
         A channel that is constant within a group adds the same number to every completion's sum: it
@@ -140,7 +171,20 @@ class RelGainDecay(Detector):
             "groups_per_step": support,
         }
         remedy: str | Remedy
-        if at_ceiling >= limit:
+        level = _mean_level(series, k, window, start)
+        identical = _identical_share(series, window)
+        evidence |= level | ({"identical_completion_group_share": identical} if np.isfinite(identical) else {})
+        if identical >= limit and not at_ceiling >= limit:
+            # Constant because the completions are: the policy collapsed (CD105), the reward did not change.
+            state, severity = "collapsed", Severity.INFO
+            title = f"`{channel}` is constant within groups because their completions are identical"
+            message = (
+                f"`{channel}` is constant in {pct(evidence['constant_group_share'])} of groups from step {from_step} "
+                f"on, and {pct(identical)} of those steps' groups hold one completion repeated: the policy collapsed "
+                "(CD105), so no reward can vary in them; the reward itself is not the cause."
+            )
+            remedy = "see CD105 (mode collapse): the fix is the policy's, not this reward's"
+        elif at_ceiling >= limit:
             state, severity = "ceiling", Severity.INFO
             title = f"`{channel}` is saturated at its maximum"
             message = (
@@ -150,21 +194,41 @@ class RelGainDecay(Detector):
             remedy = LEARNED
         elif at_floor >= limit:
             state = "floor"
-            was_earned = rose
+            # "Lost" only where it was earned before and its mean fell: a mean that rose is not a loss.
+            mean_rose = level["mean_during"] > level["mean_before"]  # NaN (no history) or flat: not a rise
+            was_earned = rose and not mean_rose
             severity = Severity.WARNING if was_earned else Severity.INFO
-            title = f"`{channel}` is no longer earned" if was_earned else f"`{channel}` is rarely or never earned"
-            message = (
-                f"`{channel}` is constant at its run-wide minimum in {pct(at_floor)} of groups from step "
-                f"{from_step} on"
-                + (
-                    f", after ranking samples earlier (rel_gain {peak_value:.3g} at step {peak_at}): the policy "
-                    "lost it."
-                    if was_earned
-                    else ": no completion of those groups earns it, so it gives them no signal"
-                    + (f" (it varies in {pct(1 - at_floor)} of groups)." if at_floor < 0.995 else ".")
+            if was_earned:
+                title = f"`{channel}` is no longer earned"
+                tail = (
+                    f", after ranking samples earlier (rel_gain {peak_value:.3g} at step {peak_at}): "
+                    "the policy lost it."
                 )
+            elif rose and mean_rose:
+                title = f"`{channel}` is all or nothing within most groups"
+                tail = (
+                    f", while its mean rose from {level['mean_before']:.3g} to {level['mean_during']:.3g}: a group "
+                    "either all earns it or none of it does, so it ranks nothing inside the group."
+                )
+            else:
+                title = f"`{channel}` is rarely or never earned"
+                tail = ": no completion of those groups earns it, so it gives them no signal" + (
+                    f" (it varies in {pct(1 - at_floor)} of groups)." if at_floor < 0.995 else "."
+                )
+            message = (
+                f"`{channel}` is constant at its run-wide minimum in {pct(at_floor)} of groups from step {from_step} on"
             )
+            message += tail
             remedy = NEVER_EARNED
+        elif rose and level["position"] >= NEAR_CEILING:
+            state, severity = "ceiling", Severity.INFO
+            title = f"`{channel}` is near its maximum"
+            message = (
+                f"rel_gain of `{channel}` fell from {peak_value:.3g} (step {peak_at}) to {now:.3g} from step "
+                f"{from_step} on while its mean stands at {pct(level['position'])} of the way from its run-wide "
+                "minimum to its maximum: most completions earn nearly all of it, so little is left to rank."
+            )
+            remedy = LEARNED
         elif rose:
             state, severity = "fading", Severity.WARNING
             title = f"`{channel}` no longer ranks samples"
