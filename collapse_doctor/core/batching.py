@@ -41,6 +41,8 @@ class StackedChunk:
     without a completion column."""
     completion_lengths: np.ndarray | None = None
     """``[N]`` float64 completion length (tokens, else characters; NaN where unknown); None when unknown."""
+    completion_cut: np.ndarray | None = None
+    """``[N]`` float64 1.0 cut at the length cap, 0.0 ended on its own, NaN unknown; None without a flag."""
 
     def tensors(self, channels: Sequence[str], weights: Mapping[str, float], device: str):  # type: ignore[no-untyped-def]
         """(rewards, group_index, step_index, weights, logged) as torch tensors on ``device``."""
@@ -82,7 +84,8 @@ def stack_chunk(chunk: list[RolloutBatch]) -> StackedChunk:
         num_groups=int(sum(b.num_groups for b in chunk)),
         logged=logged,
         completion_codes=_stacked_codes(chunk),
-        completion_lengths=_stacked_lengths(chunk),
+        completion_lengths=_stacked_floats([b.completion_lengths for b in chunk], sizes),
+        completion_cut=_stacked_floats([b.completion_cut for b in chunk], sizes),
     )
 
 
@@ -100,10 +103,11 @@ def _stacked_codes(chunk: list[RolloutBatch]) -> np.ndarray | None:
     return np.concatenate(out).astype(np.int64, copy=False)
 
 
-def _stacked_lengths(chunk: list[RolloutBatch]) -> np.ndarray | None:
-    """The batches' completion lengths (NaN for a batch without); None when no batch has them."""
-    if all(b.completion_lengths is None for b in chunk):
+def _stacked_floats(parts: list[np.ndarray | None], sizes: list[int]) -> np.ndarray | None:
+    """The batches' per-row values (completion lengths, cut flags; NaN for a batch without); None when no batch
+    has them."""
+    if all(p is None for p in parts):
         return None
     return np.concatenate(
-        [b.completion_lengths if b.completion_lengths is not None else np.full(b.num_rows, np.nan) for b in chunk]
+        [p if p is not None else np.full(n, np.nan) for p, n in zip(parts, sizes, strict=True)]
     ).astype(np.float64, copy=False)

@@ -10,6 +10,7 @@ One row per sampled completion (see docs/input-formats.md):
 ``prompt``             prompt text (optional; also used to rebuild groups)
 ``completion``         completion text (optional)
 ``completion_length``  completion length in tokens (optional)
+``truncated``          the completion was cut at the length cap (bool, optional)
 =====================  ==========================================================
 
 Reward channels are also found as ``reward_<channel>`` columns, as fields of a ``rewards`` struct
@@ -39,6 +40,9 @@ is judged phase by phase, each under its own aggregation."""
 PROMPT = "prompt"
 COMPLETION = "completion"
 COMPLETION_LENGTH = "completion_length"
+TRUNCATED = "truncated"
+"""Optional per-row column: whether the completion ended at the length cap without its end-of-sequence token (the
+TRL callback writes it; a trainer's own flag under this name is read the same way)."""
 REWARD_PREFIXES: tuple[str, ...] = ("reward/", "reward_", "rewards.")
 REWARD_STRUCT = "rewards"
 WEIGHTS_METADATA_KEY = "collapse_doctor.weights"
@@ -80,6 +84,7 @@ class ColumnMap:
     prompt: str | None = None
     completion: str | None = None
     completion_length: str | None = None
+    truncated: str | None = None
     group_size: int | None = None
 
     @property
@@ -90,7 +95,7 @@ class ColumnMap:
     def source_columns(self) -> list[str]:
         """Top-level columns to read, each once, in a stable order."""
         names = [self.step, self.group, *(r.column for r in self.rewards)]
-        names += [self.advantage, self.prompt, self.completion, self.completion_length]
+        names += [self.advantage, self.prompt, self.completion, self.completion_length, self.truncated]
         return list(dict.fromkeys(n for n in names if n))
 
 
@@ -249,6 +254,7 @@ def discover_columns(
     advantage = optional(ADVANTAGE)
     if advantage is not None and not _is_numeric(schema.field(advantage).type):
         advantage = None
+    truncated = optional(TRUNCATED)
     return ColumnMap(
         step=step,
         group=group,
@@ -257,6 +263,7 @@ def discover_columns(
         prompt=prompt,
         completion=optional(COMPLETION),
         completion_length=optional(COMPLETION_LENGTH),
+        truncated=truncated if truncated is not None and _is_numeric(schema.field(truncated).type) else None,
         group_size=group_size,
     )
 
@@ -404,6 +411,9 @@ class RolloutBatch:
     completion_lengths: np.ndarray | None = None
     """``[N]`` float64 completion length: the ``completion_length`` column (tokens) where there is one, else the
     text's length in characters; NaN where unknown. None when the input has neither."""
+    completion_cut: np.ndarray | None = None
+    """``[N]`` float64 1.0 where the completion was cut at the length cap, 0.0 where it ended on its own, NaN where
+    unknown: the ``truncated`` column. None without one."""
 
     @property
     def num_rows(self) -> int:

@@ -29,6 +29,12 @@ Shape = Literal["run", "channel", "pair"]
 and channel pair ``[S, P]`` (pairs in :func:`channel_pairs` order)."""
 
 
+CUT_BY_FLAG, CUT_AT_STEP_MAX = 1.0, 0.0
+"""``cut_rule`` values: the rows' ``truncated`` flag said which completions were cut at the length cap; or, without a
+flag, the rows of the step's largest completion length stand for the cut ones (a guess the judge keeps only where
+it matches the truncated share the trainer logged)."""
+
+
 @dataclass(frozen=True)
 class SeriesSpec:
     """One per-step series: its name, shape and meaning."""
@@ -141,6 +147,21 @@ _CATALOGUE = (
     ),
     SeriesSpec("completion_length_mean", "run", "Mean completion length (tokens, else characters) over valid rows."),
     SeriesSpec("completion_length_max", "run", "Largest completion length (tokens, else characters) of a valid row."),
+    SeriesSpec("cut_rows", "run", "Valid rows cut at the length cap (see cut_rule; NaN where unknown)."),
+    SeriesSpec("cut_known_rows", "run", "Valid rows whose cut is known (the support of the cut share)."),
+    SeriesSpec(
+        "cut_rule",
+        "run",
+        "How the cut rows were told: 1 from the rows' truncated flag, 0 the rows of the step's largest length (a "
+        "guess, kept only where it matches the logged truncated share); NaN: unknown.",
+    ),
+    SeriesSpec(
+        "cut_reward_diff_sum",
+        "channel",
+        "Sum over groups with cut and finished rows of (mean reward of the cut rows - mean of the finished ones).",
+    ),
+    SeriesSpec("cut_reward_diff_sq", "channel", "Sum of the squares of those within-group differences."),
+    SeriesSpec("cut_mixed_groups", "channel", "Groups holding both cut and finished rows (the difference's support)."),
     # dominance
     SeriesSpec("dominance_grpo", "channel", f"Share of rows with signal whose {_GRPO} advantage sign it decides."),
     SeriesSpec("dominance_gdpo", "channel", f"Share of rows with signal whose {_GDPO} advantage sign it decides."),

@@ -73,6 +73,8 @@ class StepRecord:
     weights: torch.Tensor | None = None
     """``[C]`` this step's own weights (gdpo-dynamic only)."""
     extras: StepExtras | None = None
+    truncated: list[bool] | None = None
+    """Per completion: cut at ``max_completion_length`` without its end-of-sequence token (None: unknown)."""
 
     def extend(self, other: StepRecord) -> None:
         """Append a second generation batch of the same step (its groups follow this one's)."""
@@ -84,6 +86,10 @@ class StepRecord:
         self.prompts = [*self.prompts, *other.prompts]
         self.completions = [*self.completions, *other.completions]
         self.completion_lengths = [*self.completion_lengths, *other.completion_lengths]
+        if self.truncated is not None and other.truncated is not None:
+            self.truncated = [*self.truncated, *other.truncated]
+        else:
+            self.truncated = None
 
 
 def _as_text(value: Any) -> str | None:
@@ -252,6 +258,8 @@ class RolloutMonitor:
         columns["prompt"] = prompts
         columns["completion"] = completions
         columns["completion_length"] = np.asarray(lengths, dtype=np.int64)
+        if records and all(r.truncated is not None for r in records):
+            columns["truncated"] = np.concatenate([np.asarray(r.truncated, dtype=bool) for r in records])
         metadata = {
             WEIGHTS_METADATA_KEY: json.dumps({c: self.weights.get(c, 1.0) for c in self.channels}),
             ALGO_METADATA_KEY: self.algo,

@@ -109,6 +109,33 @@ def _algo_of(trainer: Any) -> str:
     return "gdpo" if getattr(trainer, "multi_objective_aggregation", "") == "normalize_then_sum" else "grpo"
 
 
+def cut_at_cap(trainer: Any, completion_ids: list[Any]) -> list[bool] | None:
+    """Per completion, whether generation cut it at ``max_completion_length``, by TRL's own rule (the one behind
+    ``completions/clipped_ratio``): its last token is neither an end-of-sequence token nor padding. None when the
+    trainer does not say its end tokens; never raises (this runs inside the trainer's reward step).
+
+    >>> class T:
+    ...     eos_token_ids, pad_token_id = [2], 0
+    >>> cut_at_cap(T(), [[5, 6, 7], [5, 6, 2], [5, 0], []])
+    [True, False, False, False]
+    """
+    try:
+        tokenizer = getattr(trainer, "_tokenizer", None) or getattr(trainer, "processing_class", None)
+        ends = list(getattr(trainer, "eos_token_ids", None) or [])
+        if not ends:
+            eos = getattr(tokenizer, "eos_token_id", None)
+            ends = [] if eos is None else [eos]
+        pad = getattr(trainer, "pad_token_id", None)
+        if pad is None:
+            pad = getattr(tokenizer, "pad_token_id", None)
+        if not ends:
+            return None
+        stops = {int(t) for t in [*ends, *([] if pad is None else [pad])]}
+        return [bool(len(ids) and int(ids[-1]) not in stops) for ids in completion_ids]
+    except Exception:
+        return None
+
+
 def _print_line(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
@@ -190,7 +217,11 @@ class CollapseDoctorCallback(TrainerCallback):  # type: ignore[misc,unused-ignor
             inputs: list[dict[str, Any]], prompts: list[Any], completions: list[Any], completion_ids_list: list[Any]
         ) -> torch.Tensor:
             rewards = original_rewards(inputs, prompts, completions, completion_ids_list)
-            self._pending = {"rewards": rewards.detach(), "lengths": [len(ids) for ids in completion_ids_list]}
+            self._pending = {
+                "rewards": rewards.detach(),
+                "lengths": [len(ids) for ids in completion_ids_list],
+                "truncated": cut_at_cap(trainer, completion_ids_list),
+            }
             return rewards
 
         def _generate_and_score_completions(inputs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -281,11 +312,16 @@ class CollapseDoctorCallback(TrainerCallback):  # type: ignore[misc,unused-ignor
             from accelerate.utils import gather_object  # type: ignore[import-untyped,unused-ignore]
 
             lengths = gather_object(lengths)
+            cut = pending["truncated"]
+            pending["truncated"] = None if cut is None else gather_object(cut)
         if self.monitor is None:
             return
         step = int(trainer.state.global_step)
         if self.active and self.monitor.enabled:
-            self._guarded("recording a step", lambda: self._record(step, rewards, advantages, weights, lengths, extras))
+            self._guarded(
+                "recording a step",
+                lambda: self._record(step, rewards, advantages, weights, lengths, extras, pending["truncated"]),
+            )
         # Off the main process, or switched off: count the step all the same (a no-op if it was recorded).
         self.monitor.note_step(step)
 
@@ -297,6 +333,7 @@ class CollapseDoctorCallback(TrainerCallback):  # type: ignore[misc,unused-ignor
         weights: torch.Tensor | None,
         lengths: list[int],
         extras: StepExtras | None = None,
+        truncated: list[bool] | None = None,
     ) -> None:
         assert self.monitor is not None
         logs = self.trainer._logs
@@ -319,6 +356,7 @@ class CollapseDoctorCallback(TrainerCallback):  # type: ignore[misc,unused-ignor
             completion_lengths=[int(x) for x in lengths],
             weights=weights,
             extras=extras,
+            truncated=truncated if truncated is not None and len(truncated) == n else None,
         )
         if extras is not None and extras.rewards is not None:
             record.rewards = extras.rewards.float().cpu()  # what the advantages came from (conditioned)

@@ -30,6 +30,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from collapse_doctor.core.series import CUT_AT_STEP_MAX, CUT_BY_FLAG
 from collapse_doctor.engine.stats.chunk import GeneralChunk
 from collapse_doctor.engine.stats.dense import CompletionRows, DenseChunk, ratio
 from collapse_doctor.engine.stats.kernels import to_host
@@ -46,6 +47,12 @@ NAMES = (
     "equal_reward_distinct_groups",
     "completion_length_mean",
     "completion_length_max",
+    "cut_rows",
+    "cut_known_rows",
+    "cut_rule",
+    "cut_reward_diff_sum",
+    "cut_reward_diff_sq",
+    "cut_mixed_groups",
 )
 
 
@@ -63,7 +70,8 @@ def general(c: GeneralChunk) -> dict[str, np.ndarray]:
     )
     group = to_host(c.group_index)
     rewards = to_host(c.input.rewards).astype(np.float64)
-    return out | length_moments(rewards, group, group_step, rows, valid, c.num_steps)
+    moments = length_moments(rewards, group, group_step, rows, valid, c.num_steps)
+    return out | moments | cut_moments(rewards, group, group_step, rows, valid, step, c.num_steps)
 
 
 def dense(c: DenseChunk) -> dict[str, np.ndarray]:
@@ -82,7 +90,8 @@ def dense(c: DenseChunk) -> dict[str, np.ndarray]:
     )
     group = np.arange(c.num_rows, dtype=np.int64) // c.g
     rewards = np.asarray(c.rewards, dtype=np.float64)
-    return out | length_moments(rewards, group, c.group_step, c.completions, valid, c.num_steps)
+    moments = length_moments(rewards, group, c.group_step, c.completions, valid, c.num_steps)
+    return out | moments | cut_moments(rewards, group, c.group_step, c.completions, valid, c.step_index, c.num_steps)
 
 
 def length_moments(
@@ -128,6 +137,97 @@ def length_moments(
         ):
             out[name][:, k] = np.bincount(group_step[use], weights=values[use], minlength=num_steps)
     return out
+
+
+def cut_of(
+    rows: CompletionRows | None, valid: np.ndarray, step: np.ndarray, num_steps: int
+) -> tuple[np.ndarray, float] | None:
+    """``[N]`` 1.0 for a row cut at the length cap, 0.0 for one that ended on its own, NaN unknown, and the rule
+    that said so (:data:`CUT_BY_FLAG`, :data:`CUT_AT_STEP_MAX`); None where neither a flag nor lengths are known.
+
+    >>> rows = CompletionRows.of(None, np.array([3.0, 5.0, 5.0, 2.0]))
+    >>> cut, rule = cut_of(rows, np.ones(4, bool), np.array([0, 0, 0, 1]), 2)
+    >>> cut.tolist(), rule
+    ([0.0, 1.0, 1.0, 1.0], 0.0)
+    """
+    if rows is None:
+        return None
+    if rows.cut is not None:
+        return np.where(valid, rows.cut, np.nan), CUT_BY_FLAG
+    if rows.lengths is None:
+        return None
+    lengths = rows.lengths
+    known = valid & np.isfinite(lengths)
+    step = np.asarray(step, dtype=np.int64)
+    top = np.full(num_steps, -np.inf)
+    np.maximum.at(top, step[known], lengths[known])
+    return np.where(known, (lengths >= top[step]).astype(np.float64), np.nan), CUT_AT_STEP_MAX
+
+
+def cut_moments(
+    rewards: np.ndarray,
+    group: np.ndarray,
+    group_step: np.ndarray,
+    rows: CompletionRows | None,
+    valid: np.ndarray,
+    step: np.ndarray,
+    num_steps: int,
+) -> dict[str, np.ndarray]:
+    """Per step the cut rows and the rows whose cut is known (``[S]``), and per channel (``[S, C]``) the sum over
+    groups holding both cut and finished rows of (mean reward of the cut rows - mean of the finished ones), its sum of
+    squares and the number of such groups: whether the cut itself changes a reward, inside a group. Where lengths are
+    known, only finished rows at least half as long as the step's longest are compared.
+
+    >>> r = np.array([[9.0], [1.0], [2.0], [4.0], [4.0]])
+    >>> rows = CompletionRows.of(None, None, np.array([1.0, 0.0, 0.0, 1.0, 1.0]))
+    >>> m = cut_moments(r, np.array([0, 0, 0, 1, 1]), np.array([0, 0]), rows, np.ones(5, bool), np.zeros(5, int), 1)
+    >>> m["cut_rows"].tolist(), m["cut_reward_diff_sum"].tolist(), m["cut_mixed_groups"].tolist()
+    ([3.0], [[7.5]], [[1.0]])
+    """
+    C = rewards.shape[1]
+    found = cut_of(rows, valid, step, num_steps)
+    if found is None:
+        unknown = np.full(num_steps, np.nan)
+        return {"cut_rows": unknown, "cut_known_rows": unknown, "cut_rule": unknown} | {
+            name: np.full((num_steps, C), np.nan)
+            for name in ("cut_reward_diff_sum", "cut_reward_diff_sq", "cut_mixed_groups")
+        }
+    cut, rule = found
+    step = np.asarray(step, dtype=np.int64)
+    known = np.isfinite(cut)
+    out = {
+        "cut_rows": np.bincount(step[known], weights=cut[known], minlength=num_steps).astype(np.float64),
+        "cut_known_rows": np.bincount(step[known], minlength=num_steps).astype(np.float64),
+        "cut_rule": np.full(num_steps, rule),
+    }
+    G = len(group_step)
+    # Finished rows at least half as long as the step's longest: a cut completion is compared with finished ones of
+    # comparable length, so a reward that needs a few characters (0 for an empty completion) does not pass for one
+    # that pays for reaching the cap.
+    comparable = np.ones(len(cut), dtype=bool)
+    if rows is not None and rows.lengths is not None:
+        lengths = rows.lengths
+        sized = np.isfinite(lengths) & valid
+        top = np.full(num_steps, -np.inf)
+        np.maximum.at(top, step[sized], lengths[sized])
+        comparable = (cut > 0) | (sized & (lengths >= 0.5 * top[step]))
+    diff_sum, diff_sq, mixed = (np.zeros((num_steps, C)) for _ in range(3))
+    for k in range(C):
+        use = known & comparable & np.isfinite(rewards[:, k])
+        g, y, is_cut = group[use], rewards[use, k], cut[use] > 0
+        n_cut = np.bincount(g[is_cut], minlength=G).astype(np.float64)
+        n_fin = np.bincount(g[~is_cut], minlength=G).astype(np.float64)
+        both = (n_cut > 0) & (n_fin > 0)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            diff = (
+                np.bincount(g[is_cut], weights=y[is_cut], minlength=G) / n_cut
+                - np.bincount(g[~is_cut], weights=y[~is_cut], minlength=G) / n_fin
+            )
+        at = group_step[both]
+        diff_sum[:, k] = np.bincount(at, weights=diff[both], minlength=num_steps)
+        diff_sq[:, k] = np.bincount(at, weights=diff[both] ** 2, minlength=num_steps)
+        mixed[:, k] = np.bincount(at, minlength=num_steps)
+    return out | {"cut_reward_diff_sum": diff_sum, "cut_reward_diff_sq": diff_sq, "cut_mixed_groups": mixed}
 
 
 def _series(

@@ -64,20 +64,25 @@ class CompletionRows:
 
     ``codes`` ``[N]`` int64: equal codes, equal completion text (comparable within a step; -1, a null text, is a
     value of its own), None without completion text; ``lengths`` ``[N]`` float64: tokens, else characters, NaN
-    where unknown, None without lengths.
+    where unknown, None without lengths; ``cut`` ``[N]`` float64: 1.0 cut at the length cap, 0.0 ended on its own,
+    NaN unknown, None without a ``truncated`` flag.
     """
 
     codes: np.ndarray | None = None
     lengths: np.ndarray | None = None
+    cut: np.ndarray | None = None
 
     @classmethod
-    def of(cls, codes: np.ndarray | None, lengths: np.ndarray | None) -> CompletionRows | None:
-        """The rows' completions, or None when neither is known."""
-        if codes is None and lengths is None:
+    def of(
+        cls, codes: np.ndarray | None, lengths: np.ndarray | None, cut: np.ndarray | None = None
+    ) -> CompletionRows | None:
+        """The rows' completions, or None when nothing is known of them."""
+        if codes is None and lengths is None and cut is None:
             return None
         return cls(
             None if codes is None else np.asarray(codes, dtype=np.int64),
             None if lengths is None else np.asarray(lengths, dtype=np.float64),
+            None if cut is None else np.asarray(cut, dtype=np.float64),
         )
 
 

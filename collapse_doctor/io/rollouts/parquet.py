@@ -595,6 +595,7 @@ class ParquetRun:
         if codes is not None:
             self.notes.duplicate_rows += _count_duplicates(table, group_index, cols, codes)
             self._count_repeats(table, group_index, step_index, codes)
+        cut = cut_flags(table, cols)
         rewards = np.stack([to_float32(reward_array(table, r)) for r in cols.rewards], axis=1)
         self._check_rewards_late(rewards, table, path)
         logged = None
@@ -609,6 +610,7 @@ class ParquetRun:
             logged=logged,
             completion_codes=codes,
             completion_lengths=lengths,
+            completion_cut=cut,
         )
 
     def _assemble(self, step: int, parts: list[tuple[np.ndarray, pa.RecordBatch]], path: Path) -> RolloutBatch:
@@ -622,7 +624,7 @@ class ParquetRun:
         sizes = np.bincount(group_index, minlength=num_groups)
         self.notes.group_sizes.update(dict(zip(*np.unique(sizes, return_counts=True), strict=True)))
         advantage = to_float32(table.column(cols.advantage).combine_chunks()) if cols.advantage else None
-        extra_names = [c for c in (cols.prompt, cols.completion, cols.completion_length) if c]
+        extra_names = [c for c in (cols.prompt, cols.completion, cols.completion_length, cols.truncated) if c]
         extra = table.select(extra_names) if extra_names else None
         codes, lengths = completion_rows(table, cols)
         if codes is not None:
@@ -639,6 +641,7 @@ class ParquetRun:
             extra=extra,
             completion_codes=codes,
             completion_lengths=lengths,
+            completion_cut=cut_flags(table, cols),
         )
 
     def _count_repeats(
@@ -737,6 +740,21 @@ def completion_rows(table: pa.Table, cols: ColumnMap) -> tuple[np.ndarray | None
     if cols.completion_length:
         lengths = _as_float64(table.column(cols.completion_length).combine_chunks())
     return codes, lengths
+
+
+def cut_flags(table: pa.Table, cols: ColumnMap) -> np.ndarray | None:
+    """Per row, 1.0 where the ``truncated`` column says the completion was cut at the length cap, 0.0 where it
+    ended on its own, NaN where it is null; None without the column.
+
+    >>> cols = ColumnMap("s", None, (), truncated="truncated")
+    >>> cut_flags(pa.table({"truncated": [True, False, None]}), cols).tolist()
+    [1.0, 0.0, nan]
+    """
+    if not cols.truncated:
+        return None
+    column = table.column(cols.truncated).combine_chunks()
+    values = _as_float64(pc.cast(column, pa.float64()))
+    return np.where(np.isfinite(values), (values != 0).astype(np.float64), np.nan)
 
 
 def _is_text(dtype: pa.DataType) -> bool:

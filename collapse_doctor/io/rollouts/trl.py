@@ -24,7 +24,7 @@ from collapse_doctor.core.schema import channel_column
 from collapse_doctor.io.rollouts.parquet import open_parquet
 from collapse_doctor.io.rollouts.table_run import TableRun, consecutive_groups
 
-NOT_REWARDS = frozenset({"step", "advantage", "completion_length", "num_tokens", "epoch", "group_id"})
+NOT_REWARDS = frozenset({"step", "advantage", "completion_length", "truncated", "num_tokens", "epoch", "group_id"})
 FILE_NAME = re.compile(r"completions_(\d+)\.parquet")
 """TRL's file name, ``completions_<step>.parquet``."""
 

@@ -200,25 +200,25 @@ class RelGainDecay(Detector):
             severity = Severity.WARNING if was_earned else Severity.INFO
             if was_earned:
                 title = f"`{channel}` is no longer earned"
-                tail = (
+                ending = (
                     f", after ranking samples earlier (rel_gain {peak_value:.3g} at step {peak_at}): "
                     "the policy lost it."
                 )
             elif rose and mean_rose:
                 title = f"`{channel}` is all or nothing within most groups"
-                tail = (
+                ending = (
                     f", while its mean rose from {level['mean_before']:.3g} to {level['mean_during']:.3g}: a group "
                     "either all earns it or none of it does, so it ranks nothing inside the group."
                 )
             else:
                 title = f"`{channel}` is rarely or never earned"
-                tail = ": no completion of those groups earns it, so it gives them no signal" + (
+                ending = ": no completion of those groups earns it, so it gives them no signal" + (
                     f" (it varies in {pct(1 - at_floor)} of groups)." if at_floor < 0.995 else "."
                 )
             message = (
                 f"`{channel}` is constant at its run-wide minimum in {pct(at_floor)} of groups from step {from_step} on"
             )
-            message += tail
+            message += ending
             remedy = NEVER_EARNED
         elif rose and level["position"] >= NEAR_CEILING:
             state, severity = "ceiling", Severity.INFO

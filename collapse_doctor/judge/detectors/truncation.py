@@ -10,6 +10,7 @@ maximum), or a correctness-type reward loses what the cut removed.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
@@ -17,7 +18,8 @@ import numpy as np
 from collapse_doctor.core import scalars as S
 from collapse_doctor.core.findings import ChangeSetting, Remedy
 from collapse_doctor.core.numbers import pct
-from collapse_doctor.core.scalars import TagPoints
+from collapse_doctor.core.schema import TRUNCATED
+from collapse_doctor.core.series import CUT_AT_STEP_MAX, CUT_BY_FLAG
 from collapse_doctor.core.smoothing import rolling
 from collapse_doctor.judge.detectors.base import (
     DetectionContext,
@@ -65,22 +67,28 @@ GENERIC = (
 
 @register
 class LengthCapTruncation(Detector):
-    """Most completions are cut at the length cap and a reward channel moves with the cut (scalar logs).
+    """Most completions are cut at the length cap and a reward channel moves with the cut.
 
     What it detects
-        The logged share of completions that ended without EOS because they reached the generation
-        budget (TRL `completions/clipped_ratio`, verl `response_length/clip_ratio`, OpenRLHF
-        `rollout/truncated_rate`, NeMo-RL `truncation_rate`), averaged over twice the persistence window,
-        staying above `warn_share`, together with a reward channel whose logged per-step mean follows the
-        truncated share from step to step (|correlation| of at least `channel_corr` over at least
-        `min_points` steps). A truncated share at or above `all_share` (practically every completion cut)
-        fires without a channel. Many truncated completions with no channel moving with them are not
-        reported: the rewards then judge content the cut does not change. Where the rollouts carry completion
-        lengths, a channel is called length-type only on evidence from inside the groups: its pooled
-        within-group correlation with the completion length over the stretch is at least `within_corr` (same
-        sign as the step-to-step one) on at least `min_length_groups` groups whose lengths vary. A trend the
-        channel shares with the truncated share over the run (a policy drifting towards long or short text)
-        is not that evidence, and a group of identical completions gives none.
+        The share of completions that ended without EOS because they reached the generation budget, averaged
+        over twice the persistence window, staying above `warn_share`. The share comes from the scalar log
+        (TRL `completions/clipped_ratio`, verl `response_length/clip_ratio`, OpenRLHF `rollout/truncated_rate`,
+        NeMo-RL `truncation_rate`) or, without one, from the rollouts' `truncated` column (the TRL callback
+        writes it). Whether the cut changes a reward is read inside the groups: over the groups that hold both
+        cut and finished completions (finished ones at least half as long as the step's longest, so a reward
+        that needs a few characters does not pass for one that pays for the cap), the mean difference of each
+        channel between its cut and its finished completions. A channel whose difference is at least three
+        standard errors and `cut_effect` of its range, on at least `min_length_groups` such groups, pays for
+        the cut (warning: a length-type reward) or loses by it (warning: the cut removes what it checks); when
+        every channel was judged and none differs, the cut changes no reward (info). The cut completions are
+        the rows the `truncated` flag names; without one, the rows at their step's largest length, used only
+        where their share matches the logged truncated share within `share_match` at most steps (then the
+        largest length is the cap). Without rollout evidence, a channel whose logged per-step mean follows the
+        truncated share (|correlation| of at least `channel_corr` over at least `min_points` steps) and, where
+        the rollouts carry lengths, correlates with the completion length inside groups (`within_corr`, on
+        `min_length_groups` groups whose lengths vary) is the evidence; a truncated share at or above
+        `all_share` (practically every completion cut) fires without a channel. A trend the channel shares with
+        the truncated share over the run is not evidence, and a group of identical completions gives none.
 
     Why it matters
         A channel that rises with the truncated share pays for hitting the cap: a length-type reward
@@ -92,9 +100,9 @@ class LengthCapTruncation(Detector):
         aggregation is never proposed.
 
     Evidence
-        The truncated share over the stretch and its peak, the raw tag, the channels that move with it
-        and their correlation (step to step, and within groups where the rollouts give lengths), the steps,
-        and the points they rest on.
+        The truncated share over the stretch and its peak, its source, the channels that move with the cut:
+        their within-group cut-minus-finished difference and the groups it rests on (or their correlation,
+        step to step and with the length, without it), the steps, and the points they rest on.
 
     Remedy
         Raise the length cap (TRL `max_completion_length`, verl `data.max_response_length`, OpenRLHF
@@ -107,7 +115,7 @@ class LengthCapTruncation(Detector):
     code = "CD104"
     name = "length-cap truncation"
     default_severity = Severity.WARNING
-    requires: ClassVar[tuple[str, ...]] = ("scalars",)
+    requires: ClassVar[tuple[str, ...]] = ()
     targets = "run"
     channel_state = "clipped"
     thresholds: ClassVar[Mapping[str, float]] = {
@@ -117,20 +125,22 @@ class LengthCapTruncation(Detector):
         "min_points": 8,
         "within_corr": 0.3,
         "min_length_groups": 8,
+        "cut_effect": 0.1,
+        "share_match": 0.05,
     }
 
     def detect(self, ctx: DetectionContext) -> list[Finding]:
-        if ctx.scalars is None:
-            return []
-        found = ctx.scalars.get(S.TRUNCATED_SHARE)
+        found = _truncated_share(ctx)
         if found is None:
-            return []
+            raise NotEnoughData(
+                "needs the truncated share: a scalar log with the trainer's clipped ratio, or rollouts with a "
+                "`truncated` column"
+            )
+        steps, values, tag, label = found
         minimum = int(ctx.threshold(self.code, "min_points"))
-        tag = ctx.scalars.tags.get(S.TRUNCATED_SHARE, S.TRUNCATED_SHARE)
-        finite = np.isfinite(found.values)
+        finite = np.isfinite(values)
         if int(finite.sum()) < minimum:
-            raise NotEnoughData(f"`{tag}` has {int(finite.sum())} logged point(s); {minimum} are needed (min_points)")
-        values, steps = found.values, found.steps
+            raise NotEnoughData(f"{label} has {int(finite.sum())} logged point(s); {minimum} are needed (min_points)")
         persist = ctx.config.persistence_steps(len(values))
         share = rolling(values, 2 * persist + 1, how="mean")
         stretch = persistent_onset(share > ctx.threshold(self.code, "warn_share"), persist)
@@ -139,53 +149,71 @@ class LengthCapTruncation(Detector):
         part = ctx.window(stretch)
         level = float(np.nanmean(values[part]))
         peak = float(np.nanmax(values[part]))
-        tracked = self._tracking_channels(ctx, found, minimum)
-        within = self._within_group_evidence(ctx, int(steps[stretch[0]]), int(steps[stretch[1]]))
-        if within is not None:  # the rollouts say which channels move with the length inside a group
-            tracked = {c: r for c, r in tracked.items() if c in within and within[c] * r > 0}
+        first, last = int(steps[stretch[0]]), int(steps[stretch[1]])
+        cut = _CutEvidence.of(ctx, self.code, first, last)
+        if cut is not None:  # the rollouts say, inside each group, whether the cut itself changes a reward
+            tracked = cut.changed
+            within = None
+        else:
+            tracked = self._tracking_channels(ctx, minimum) if ctx.scalars is not None else {}
+            within = self._within_group_evidence(ctx, first, last)
+            if within is not None:  # the rollouts say which channels move with the length inside a group
+                tracked = {c: r for c, r in tracked.items() if c in within and within[c] * r > 0}
         everything_cut = level >= ctx.threshold(self.code, "all_share")
-        if not tracked and not everything_cut:
+        unchanged = cut is not None and not tracked and cut.judged
+        if not tracked and not everything_cut and not unchanged:
             return []
-        span = f"steps {int(steps[stretch[0]])}-{int(steps[stretch[1]])}, {stretch[1] - stretch[0] + 1} points"
-        message = f"{pct(level)} of completions were cut at the length cap ({span}, from `{tag}`, peak {pct(peak)})"
+        span = f"steps {first}-{last}, {stretch[1] - stretch[0] + 1} points"
+        message = f"{pct(level)} of completions were cut at the length cap ({span}, from {label}, peak {pct(peak)})"
         rising = [c for c, r in tracked.items() if r > 0]
         falling = [c for c, r in tracked.items() if r < 0]
-        if rising:
-            message += (
-                f"; {_names(rising, tracked)} follow{'s' if len(rising) == 1 else ''} the truncated share from step "
-                "to step: a length-type reward saturating because completions hit the cap, not because they are good"
-            )
-        if falling:
-            message += (
-                f"; {_names(falling, tracked)} fall{'s' if len(falling) == 1 else ''} when more completions are cut: "
-                "the cut removes what the reward checks"
-            )
-        if not tracked:
-            message += "; practically every completion ends at the cap, so every reward judges cut text"
-        cap, mask = SETTINGS.get(ctx.scalars.framework or "", GENERIC)
+        if cut is not None:
+            message += cut.words(rising, falling)
+        else:
+            if rising:
+                message += (
+                    f"; {_names(rising, tracked)} follow{'s' if len(rising) == 1 else ''} the truncated share from "
+                    "step to step: a length-type reward saturating because completions hit the cap, not because "
+                    "they are good"
+                )
+            if falling:
+                message += (
+                    f"; {_names(falling, tracked)} fall{'s' if len(falling) == 1 else ''} when more completions are "
+                    "cut: the cut removes what the reward checks"
+                )
+            if not tracked:
+                message += "; practically every completion ends at the cap, so every reward judges cut text"
+        framework = ctx.scalars.framework if ctx.scalars is not None else None
+        cap, mask = SETTINGS.get(framework or "", GENERIC)
         evidence: dict[str, Any] = {
             "tag": tag,
             "share": level,
             "peak_share": peak,
-            "channel_correlation": tracked,
+            "channel_correlation": tracked if cut is None else {},
             "within_group_length_correlation": within,
             "points": len(steps),
             "stretch_points": stretch[1] - stretch[0] + 1,
         }
+        if cut is not None:
+            evidence |= cut.evidence()
+        severity = Severity.INFO if unchanged else Severity.WARNING
+        title = "most completions are cut at the length cap"  # "the cut changes no reward" is said in the message
         return [
             self.finding(
                 ctx,
                 stretch,
                 steps=steps,
-                severity=Severity.WARNING,
-                title="most completions are cut at the length cap",
+                severity=severity,
+                title=title,
                 message=message + ".",
                 channels=tuple(tracked),
                 evidence=evidence,
                 remedy=Remedy.join(
                     cap,
                     "compute a length reward on the untruncated text or give truncated completions a penalty "
-                    "instead of the reward's maximum",
+                    "instead of the reward's maximum"
+                    if not unchanged
+                    else None,
                     mask,
                 ),
                 # Truncation happens in generation, before any aggregation: the other aggregation cuts the same
@@ -224,9 +252,12 @@ class LengthCapTruncation(Detector):
                 out[channel] = rho
         return out
 
-    def _tracking_channels(self, ctx: DetectionContext, share: TagPoints, minimum: int) -> dict[str, float]:
-        """``{channel: correlation}`` of each channel whose per-step mean follows the truncated share."""
+    def _tracking_channels(self, ctx: DetectionContext, minimum: int) -> dict[str, float]:
+        """``{channel: correlation}`` of each channel whose per-step mean follows the truncated share (scalar log)."""
         assert ctx.scalars is not None
+        share = ctx.scalars.get(S.TRUNCATED_SHARE)
+        if share is None:
+            return {}
         limit = ctx.threshold(self.code, "channel_corr")
         out: dict[str, float] = {}
         for channel in ctx.scalars.channels:
@@ -247,3 +278,128 @@ class LengthCapTruncation(Detector):
 
 def _names(channels: list[str], rho: Mapping[str, float]) -> str:
     return ", ".join(f"`{c}` (r = {rho[c]:+.2f})" for c in channels)
+
+
+def _truncated_share(ctx: DetectionContext) -> tuple[np.ndarray, np.ndarray, str, str] | None:
+    """The per-step truncated share, its steps, where it comes from (the scalar log's tag where there is one, else
+    the rollouts' ``truncated`` column) and those words for a message."""
+    if ctx.scalars is not None:
+        found = ctx.scalars.get(S.TRUNCATED_SHARE)
+        if found is not None:
+            tag = ctx.scalars.tags.get(S.TRUNCATED_SHARE, S.TRUNCATED_SHARE)
+            return found.steps, found.values, tag, f"`{tag}`"
+    series = ctx.series
+    if series.num_steps == 0 or "cut_rule" not in series:
+        return None
+    flagged = series["cut_rule"] == CUT_BY_FLAG
+    if not flagged.any():
+        return None
+    known = np.where(flagged, series["cut_known_rows"], 0.0)
+    share = np.where(known > 0, series["cut_rows"] / np.maximum(known, 1.0), np.nan)
+    return series.steps, share, TRUNCATED, "the rollouts' `truncated` flag"
+
+
+@dataclass(frozen=True)
+class _CutEvidence:
+    """Inside groups that hold both cut and finished completions: how much more (or less) each channel pays a cut
+    one, over a stretch of steps."""
+
+    difference: Mapping[str, float]
+    """Per channel with enough such groups: mean over them of (mean reward of the cut rows - of the finished)."""
+    support: Mapping[str, int]
+    changed: dict[str, float]
+    """The channels whose difference is real: at least three standard errors and ``cut_effect`` of the
+    channel's range."""
+    source: str
+    judged: bool
+    """Whether every channel had enough groups to be judged (then an empty ``changed`` means the cut changes no
+    reward)."""
+
+    @classmethod
+    def of(cls, ctx: DetectionContext, code: str, first: int, last: int) -> _CutEvidence | None:
+        series = ctx.series
+        if series.num_steps == 0 or "cut_rule" not in series:
+            return None
+        rows = (series.steps >= first) & (series.steps <= last)
+        rule = series["cut_rule"]
+        usable = rows & (rule == CUT_BY_FLAG)
+        source = "the rollouts' `truncated` flag"
+        if not usable.any():
+            usable = rows & _longest_rows_match_the_log(ctx, code)
+            source = "the rollouts' longest completions of each step, which match the logged truncated share"
+        if not usable.any():
+            return None
+        minimum = ctx.threshold(code, "min_length_groups")
+        effect = ctx.threshold(code, "cut_effect")
+        mixed = np.nansum(series["cut_mixed_groups"][usable], axis=0)
+        total = np.nansum(series["cut_reward_diff_sum"][usable], axis=0)
+        squares = np.nansum(series["cut_reward_diff_sq"][usable], axis=0)
+        low, high = np.nanmin(series["reward_min"], axis=0), np.nanmax(series["reward_max"], axis=0)
+        difference, support, changed = {}, {}, {}
+        for k, channel in enumerate(series.channels):
+            m = float(mixed[k])
+            if m < minimum:
+                continue
+            mean = float(total[k] / m)
+            spread = max(float(squares[k] / m) - mean * mean, 0.0)
+            error = float(np.sqrt(spread / m))
+            difference[channel], support[channel] = mean, int(m)
+            span = float(high[k] - low[k])
+            if abs(mean) >= 3 * error and np.isfinite(span) and abs(mean) >= effect * span > 0:
+                changed[channel] = mean
+        if not difference:
+            return None
+        return cls(difference, support, changed, source, judged=len(difference) == len(series.channels))
+
+    def words(self, rising: list[str], falling: list[str]) -> str:
+        out = ""
+        if rising:
+            out += "; " + ", ".join(
+                f"`{c}` pays {self.difference[c]:+.3g} more for a cut completion than for a finished one of the same "
+                f"group ({self.support[c]:,} groups hold both)"
+                for c in rising
+            )
+            out += ": a length-type reward that pays for hitting the cap, not for a good completion"
+        if falling:
+            out += "; " + ", ".join(
+                f"`{c}` pays {self.difference[c]:+.3g} less for a cut completion ({self.support[c]:,} groups hold both)"
+                for c in falling
+            )
+            out += ": the cut removes what the reward checks"
+        if not rising and not falling:
+            out += (
+                "; inside the groups that hold both cut and finished completions no reward pays a cut one differently "
+                f"({min(self.support.values()):,}+ groups per channel): the cut changes no reward"
+            )
+        return out + f" (cut completions told by {self.source})"
+
+    def evidence(self) -> dict[str, Any]:
+        return {
+            "cut_reward_difference": dict(self.difference),
+            "cut_mixed_groups": dict(self.support),
+            "cut_source": self.source,
+        }
+
+
+def _longest_rows_match_the_log(ctx: DetectionContext, code: str) -> np.ndarray:
+    """``[S]`` the steps where the rollouts' longest completions can stand for the cut ones: the logged truncated
+    share is above 0 there (so the step's largest length is the cap) and, over the run, the share of rows at their
+    step's largest length matches the logged share within ``share_match`` at most steps."""
+    series = ctx.series
+    out = np.zeros(series.num_steps, dtype=bool)
+    logged = ctx.scalars.get(S.TRUNCATED_SHARE) if ctx.scalars is not None else None
+    if logged is None:
+        return out
+    at_max = series["cut_rule"] == CUT_AT_STEP_MAX
+    known = series["cut_known_rows"]
+    share = np.where(at_max & (known > 0), series["cut_rows"] / np.maximum(known, 1.0), np.nan)
+    _, ia, ib = np.intersect1d(series.steps, logged.steps, return_indices=True)
+    both = np.isfinite(share[ia]) & np.isfinite(logged.values[ib])
+    if int(both.sum()) < ctx.threshold(code, "min_points"):
+        return out
+    gap = np.abs(share[ia][both] - logged.values[ib][both])
+    if float(np.median(gap)) > ctx.threshold(code, "share_match"):
+        return out
+    cut_steps = ia[both][logged.values[ib][both] > 0]
+    out[cut_steps] = True
+    return out

@@ -84,6 +84,19 @@ def test_rewards_are_what_the_reward_functions_returned(run: Run) -> None:
     assert set(np.unique(rows["completion_length"])) <= set(range(7))
 
 
+def test_cut_completions_are_flagged_as_trl_counts_them(run: Run) -> None:
+    """`truncated` marks the completions generation cut at max_completion_length (6 tokens, the last neither EOS nor
+    padding: TRL's rule): never a shorter one, and over the run the same share as TRL's own
+    `completions/clipped_ratio` (logged every 2 steps as the mean of its steps, which hold equal batches, so the mean
+    of the logged values is the run's share)."""
+    rows = rollouts(run.out)
+    cut = rows["truncated"].astype(bool)
+    assert not cut[rows["completion_length"] < 6].any()
+    logged = [h["completions/clipped_ratio"] for h in run.trainer.state.log_history if "completions/clipped_ratio" in h]
+    assert len(logged) == 4
+    assert abs(float(cut.mean()) - float(np.mean(logged))) < 1e-6
+
+
 def _rel_gain(values: np.ndarray) -> float:
     """Mean over groups with two or more values of the within-group range (the definition in DESIGN.md)."""
     spans = []
