@@ -63,6 +63,8 @@ _REWEIGHT = re.compile(
     re.IGNORECASE,
 )
 """Remedy text proposing to change channel weights (named or not)."""
+_HARDER = re.compile(r"\bharder\s+(?:prompts?|tasks?|problems?|questions?|examples?|data)\b", re.IGNORECASE)
+_EASIER = re.compile(r"\beasier\s+(?:prompts?|tasks?|problems?|questions?|examples?|data)\b", re.IGNORECASE)
 _NEGATION = re.compile(r"\b(?:not|never|don't|avoid|instead\s+of|rather\s+than)\b", re.IGNORECASE)
 _CLAUSE_END = re.compile(r"[.;:!?]")
 
@@ -200,8 +202,11 @@ def _score_expect(
         def in_range(f: Mapping[str, Any], lo: int = low, hi: int = high) -> bool:
             return lo <= severity_rank(f.get("severity")) <= hi
 
-        # the best candidate: right channels and severity, else right channels (most severe)
-        pick = next((f for f in on_channels if in_range(f)), None)
+        # the best candidate: right channels, severity and details, else right channels and severity, else right
+        # channels (most severe)
+        pick = next((f for f in on_channels if in_range(f) and not detail_misses(item, f)), None)
+        if pick is None:
+            pick = next((f for f in on_channels if in_range(f)), None)
         if pick is None and on_channels:
             pick = max(on_channels, key=lambda f: severity_rank(f.get("severity")))
         row: dict[str, Any] = {
@@ -219,7 +224,10 @@ def _score_expect(
         }
         if pick is not None:
             matched.add(pick["_index"])
-            row["status"] = "ok" if row["severity_ok"] else "wrong_severity"
+            misses = detail_misses(item, pick)
+            if misses:
+                row["detail_misses"] = misses
+            row["status"] = "wrong_severity" if not row["severity_ok"] else "wrong_detail" if misses else "ok"
         elif reported:
             row["status"] = "wrong_channels"
         elif crashed:
@@ -235,6 +243,102 @@ def _score_expect(
             row["onset_error"] = (found_onset - onset) if isinstance(found_onset, int) else None
         rows.append(row)
     return rows, matched
+
+
+DETAIL_KEYS = ("title_matches", "actions_include", "evidence_ranges")
+"""Expect-item keys that a matching finding must also satisfy (see :func:`detail_misses`)."""
+
+
+def detail_misses(item: Mapping[str, Any], finding: Mapping[str, Any]) -> list[str]:
+    """What a finding lacks of an expect item's details, one line each (empty: it has them all).
+
+    ``title_matches``: a regular expression the finding's title must match (``re.search``, case-insensitive);
+    ``actions_include``: typed actions (``findings[].actions``), each matched by some action whose given fields are
+    equal; ``evidence_ranges``: ``{key: [lo, hi]}`` on the finding's ``evidence`` (a missing key is a miss).
+
+    >>> item = {"title_matches": "recovered at step [0-9]+", "evidence_ranges": {"share": [0.2, 0.3]},
+    ...         "actions_include": [{"kind": "trainer_setting", "setting": "num_generations"}]}
+    >>> detail_misses(item, {"title": "identical completions at steps 3-9, recovered at step 10",
+    ...                      "evidence": {"share": 0.25},
+    ...                      "actions": [{"kind": "trainer_setting", "setting": "num_generations", "change": "raise"}]})
+    []
+    >>> for line in detail_misses(item, {"title": "collapsed", "evidence": {"share": 0.5}, "actions": []}):
+    ...     print(line)
+    title 'collapsed' does not match /recovered at step [0-9]+/
+    no action {'kind': 'trainer_setting', 'setting': 'num_generations'} (actions: none)
+    evidence share = 0.5, expected in [0.2, 0.3]
+    """
+    misses: list[str] = []
+    pattern = item.get("title_matches")
+    if pattern and not re.search(str(pattern), str(finding.get("title") or ""), re.IGNORECASE):
+        misses.append(f"title {str(finding.get('title') or '')!r} does not match /{pattern}/")
+    actions = [a for a in finding.get("actions") or [] if isinstance(a, Mapping)]
+    for want in item.get("actions_include") or []:
+        if not any(all(a.get(k) == v for k, v in want.items()) for a in actions):
+            shown = "; ".join(
+                f"{a.get('kind')}:{a.get('setting') or a.get('channel') or a.get('algorithm') or ''}" for a in actions
+            )
+            misses.append(f"no action {dict(want)} (actions: {shown or 'none'})")
+    evidence = finding.get("evidence") if isinstance(finding.get("evidence"), Mapping) else {}
+    for key, bounds in (item.get("evidence_ranges") or {}).items():
+        value = _number(evidence.get(key)) if evidence is not None else None
+        low, high = float(bounds[0]), float(bounds[1])
+        if value is None:
+            misses.append(f"evidence {key} not reported")
+        elif not (low - BUDGET_ATOL <= value <= high + BUDGET_ATOL):
+            misses.append(f"evidence {key} = {value:.4g}, expected in [{low:g}, {high:g}]")
+    return misses
+
+
+def _run_field(diagnosis: Mapping[str, Any], field: str) -> tuple[bool, Any]:
+    value: Any = diagnosis.get("run") or {}
+    for part in field.split("."):
+        if not isinstance(value, Mapping) or part not in value:
+            return False, None
+        value = value[part]
+    return True, value
+
+
+def _score_run_facts(expected: Mapping[str, Any], diagnosis: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The manifest's ``run_expect`` facts against the scan's ``run`` block.
+
+    >>> facts = {"run_expect": [{"field": "rollouts", "equals": 640},
+    ...                         {"field": "algorithm_source", "contains": "scale none"},
+    ...                         {"field": "warnings", "any_startswith": "advantages reused"},
+    ...                         {"field": "signal.rollouts", "equals": 640}]}
+    >>> scan = {"run": {"rollouts": 1280, "algorithm_source": "logged advantages match GRPO (scale none)",
+    ...                 "warnings": ["advantages reused: 20 of 40 logged steps"]}}
+    >>> [(r["field"], r["status"]) for r in _score_run_facts(facts, scan)]
+    [('rollouts', 'fail'), ('algorithm_source', 'ok'), ('warnings', 'ok'), ('signal.rollouts', 'n/a')]
+    """
+    rows = []
+    for fact in expected.get("run_expect") or []:
+        if not isinstance(fact, Mapping) or "field" not in fact:
+            continue
+        field = str(fact["field"])
+        present, value = _run_field(diagnosis, field)
+        if "equals" in fact:
+            check, want = "equals", fact["equals"]
+            ok = present and (
+                value == want
+                or (
+                    _number(value) is not None
+                    and _number(want) is not None
+                    and math.isclose(float(value), float(want), abs_tol=1e-9)
+                )
+            )
+        elif "contains" in fact:
+            check, want = "contains", fact["contains"]
+            ok = present and str(want).lower() in str(value).lower()
+        elif "any_startswith" in fact:
+            check, want = "any_startswith", fact["any_startswith"]
+            items = value if isinstance(value, Sequence) and not isinstance(value, str) else [value]
+            ok = present and any(str(v).startswith(str(want)) for v in items)
+        else:
+            continue
+        status = "n/a" if not present else "ok" if ok else "fail"
+        rows.append({"field": field, "check": check, "expected": want, "found": value, "status": status})
+    return rows
 
 
 def _score_false_alarms(
@@ -450,8 +554,14 @@ def proposed_kinds(finding: Mapping[str, Any]) -> set[str]:
     ['weight']
     >>> sorted(proposed_kinds({"remedy": "lower the learning rate; do not reweight the channels or switch to GDPO"}))
     []
+    >>> sorted(proposed_kinds({"remedy": "all-fail: easier prompts; all-pass: harder prompts"}))
+    ['harder_and_easier']
+
+    ``harder_and_easier``: one remedy asking for harder prompts and for easier prompts (tasks, problems, ...).
     """
     kinds = set()
+    if _affirmed(_HARDER, str(finding.get("remedy") or "")) and _affirmed(_EASIER, str(finding.get("remedy") or "")):
+        kinds.add("harder_and_easier")
     for action in finding.get("actions") or []:
         if isinstance(action, Mapping) and action.get("kind") in ("weight", "aggregation"):
             if action["kind"] == "aggregation" and str(action.get("algorithm", "")).lower() == "grpo":
@@ -468,7 +578,8 @@ def proposed_kinds(finding: Mapping[str, Any]) -> set[str]:
 def forbidden_remedies(expected: Mapping[str, Any], diagnosis: Mapping[str, Any]) -> list[dict[str, Any]]:
     """Findings whose remedy proposes what the manifest's ``forbid_remedies`` rules out for their code.
 
-    Each rule: ``{"codes": [...], "kinds": ["weight", "aggregation"], "why": ...}`` (a code's aliases count).
+    Each rule: ``{"codes": [...], "kinds": ["weight", "aggregation", "harder_and_easier"], "why": ...}`` (a code's
+    aliases count; a rule without ``codes`` applies to every finding).
 
     >>> rules = {"forbid_remedies": [{"codes": ["CD105"], "kinds": ["aggregation", "weight"]}]}
     >>> scan = {"findings": [{"code": "CD105", "severity": "critical", "remedy": "switch to GDPO"}]}
@@ -482,17 +593,21 @@ def forbidden_remedies(expected: Mapping[str, Any], diagnosis: Mapping[str, Any]
             continue
         for rule in rules:
             codes = {name for code in rule.get("codes") or [] for name in code_names(str(code))}
-            if f.get("code") not in codes:
+            if "codes" in rule and f.get("code") not in codes:
                 continue
             hit = sorted(proposed_kinds(f) & {str(k) for k in rule.get("kinds") or []})
             if hit:
+                why = (
+                    "(no reward varies in its silent groups)"
+                    if set(hit) <= {"weight", "aggregation"}
+                    else "(see the rule's why in the manifest)"
+                )
                 out.append(
                     {
                         "code": f.get("code"),
                         "channels": f["channels"],
                         "kind": "forbidden_remedy",
-                        "detail": f"remedy proposes {' and '.join(hit)} change(s), forbidden for this run "
-                        "(no reward varies in its silent groups)",
+                        "detail": f"remedy proposes {' and '.join(hit)} change(s), forbidden for this run {why}",
                         "remedy": str(f.get("remedy") or ""),
                     }
                 )
@@ -565,6 +680,7 @@ def score_run(entry: Mapping[str, Any], diagnosis: Mapping[str, Any] | None) -> 
         "signal_budget": _score_signal(expected, diagnosis),
         "gdpo_resolves": _score_gdpo(expected, findings, expect_rows),
         "weights": _score_weights(expected, diagnosis),
+        "run_facts": _score_run_facts(expected, diagnosis),
         "remedy_contradictions": remedy_contradictions(diagnosis) + forbidden_remedies(expected, diagnosis),
     }
     score["failures"] = failures(score)
@@ -595,6 +711,11 @@ def failures(score: Mapping[str, Any]) -> list[str]:
             out.append(f"[expect] {name} {_range(row)}: the detector crashed ({row['crash']})")
         elif row["status"] == "wrong_severity":
             out.append(f"[expect] {name} {_range(row)}: found {row['found_severity']} on {row['found_channels']}")
+        elif row["status"] == "wrong_detail":
+            out.append(
+                f"[expect] {name} {_range(row)}: found {row['found_severity']}, but "
+                + "; ".join(row.get("detail_misses") or [])
+            )
     for crash in score["crashes"]:
         out.append(f"[crash] detector {crash['code']} crashed: {crash['message']}")
     for alarm in score["false_alarms"]:
@@ -631,6 +752,10 @@ def failures(score: Mapping[str, Any]) -> list[str]:
     for row in score["remedy_contradictions"]:
         label = f"{row['code']}[{','.join(row['channels'])}]" if row["channels"] else row["code"]
         out.append(f"[remedy] {label} {row['kind']}: {row['detail']}")
+    for row in score.get("run_facts") or []:
+        if row["status"] in ("fail", "n/a"):
+            found = repr(row["found"]) if row["status"] == "fail" else "not reported"
+            out.append(f"[run] run.{row['field']} {row['check']} {row['expected']!r}: found {found}")
     return out
 
 
@@ -725,6 +850,7 @@ def totals(scores: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     gdpo = [r for s in scores for r in s["gdpo_resolves"] if r["status"] != "skip"]
     weights = [s["weights"] for s in scores if s.get("weights")]
     contradictions = [c for s in scores for c in s["remedy_contradictions"]]
+    facts = [r for s in scores for r in s.get("run_facts") or []]
     onsets = [r["onset_error"] for r in expect if r.get("onset_error") is not None]
     return {
         "runs": len(scores),
@@ -739,6 +865,7 @@ def totals(scores: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
             "wrong_channels": _count(expect, "wrong_channels"),
             "missing": _count(expect, "missing"),
             "crashed": _count(expect, "crashed"),
+            "wrong_detail": _count(expect, "wrong_detail"),
         },
         "verdicts": {"n": len(verdicts), "correct": _count(verdicts, "ok")},
         "false_alarms": {
@@ -761,6 +888,11 @@ def totals(scores: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         "signal_budget": {"n": len(budget), "ok": _count(budget, "ok"), "not_reported": _count(budget, "n/a")},
         "gdpo_resolves": {"n": len(gdpo), "ok": _count(gdpo, "ok"), "not_reported": _count(gdpo, "n/a")},
         "weights_inferred": {"n": len(weights), "ok": _count(weights, "ok")},
+        "run_facts": {
+            "n": len(facts),
+            "ok": _count(facts, "ok"),
+            "not_reported": _count(facts, "n/a"),
+        },
         "onset": {
             "n": len(onsets),
             "mean_abs_error": (sum(abs(e) for e in onsets) / len(onsets)) if onsets else None,
@@ -792,5 +924,9 @@ def targets(total: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
         "zero remedy contradictions": {
             "value": str(total["remedy_contradictions"]["n"]),
             "pass": total["remedy_contradictions"]["n"] == 0,
+        },
+        "run facts as expected": {
+            "value": f"{total['run_facts']['ok']} of {total['run_facts']['n']}",
+            "pass": total["run_facts"]["ok"] == total["run_facts"]["n"],
         },
     }

@@ -8,7 +8,10 @@ for a few seeds, expectations from the ground truth in the file's metadata), and
 (:data:`SCALAR_SCENARIOS`: TensorBoard files written with torch's ``SummaryWriter`` under TRL's tag names, with
 the run-health pathologies CD507-CD511 built in and their expected findings written next to them). Every scan uses
 the default options on the CPU and is read through ``Diagnosis.to_dict()``, the JSON users see. Scoring:
-``accuracy_scoring.py`` (shared with ``tests/e2e/test_corpus.py``); method: ``docs/accuracy.md``.
+``accuracy_scoring.py`` (shared with ``tests/e2e/test_corpus.py``); method: ``docs/accuracy.md``. Output: the totals
+and targets, a per-class table per suite (one row per scenario family: its runs over algorithms and seeds; also
+``per_class`` in ``--json``), then each suite's tables. ``--corpus DIR`` scores another corpus (e.g. one built with
+``scripts/build_trl_corpus.py --out DIR``).
 
 The exit status is 0 (it is a measurement), or with ``--strict`` 1 when a target is missed: every expected finding
 found at the expected severity, no warning on a healthy run, no remedy that contradicts the scan's own numbers.
@@ -306,6 +309,7 @@ def tables(scores: Sequence[dict[str, Any]]) -> list[Table]:
     )
     weights = Table("Inferred weights", ["run", "expected (up to scale)", "found", "weights_source", "status"])
     contradictions = Table("Remedy contradictions", ["run", "finding", "kind", "remedy"])
+    facts = Table("Run facts", ["run", "run.<field>", "expected", "found", "status"])
     for s in scores:
         run = s["run"]
         v = s["verdict"]
@@ -332,6 +336,8 @@ def tables(scores: Sequence[dict[str, Any]]) -> list[Table]:
                 got = f"crashed: {r['crash']}"
             else:
                 got = "-"
+            if r["status"] == "wrong_detail":
+                got += " (" + "; ".join(r.get("detail_misses") or []) + ")"
             expect.add(
                 run,
                 _name(r["code"], r["channels"]),
@@ -372,7 +378,71 @@ def tables(scores: Sequence[dict[str, Any]]) -> list[Table]:
         for c in s["remedy_contradictions"]:
             remedy = c["remedy"] if len(c["remedy"]) <= 110 else c["remedy"][:107] + "..."
             contradictions.add(run, _name(c["code"], c["channels"]), c["detail"], remedy)
-    return [runs, errors, expect, alarms, crashes, unexpected, states, budget, gdpo, weights, contradictions]
+        for r in s.get("run_facts") or []:
+            facts.add(run, r["field"], f"{r['check']} {r['expected']!r}", _fmt(r["found"]), MARK[r["status"]])
+    out = [runs, errors, expect, alarms, crashes, unexpected, states, budget, gdpo, weights, contradictions]
+    return [*out, facts] if facts.rows else out
+
+
+def scenario_class(score: dict[str, Any]) -> str:
+    """A scored run's class: its scenario family (the corpus's scenario, the simulator's or scalar log's scenario)."""
+    scenario = score.get("scenario")
+    if scenario:
+        return str(scenario)
+    run = str(score.get("run") or "")
+    return run.rsplit("-s", 1)[0] if "-s" in run else run
+
+
+def per_class(scores: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Totals per class (``scenario_class``), in first-seen order: runs, runs passing, verdicts, expected findings,
+    false alarms, remedy contradictions, run facts, and the failure categories that occur."""
+    grouped: dict[str, list[dict[str, Any]]] = {}
+    for s in scores:
+        grouped.setdefault(scenario_class(s), []).append(s)
+    out = {}
+    for name, group in grouped.items():
+        t = scoring.totals(group)
+        categories: dict[str, int] = {}
+        for s in group:
+            for line in s["failures"]:
+                tag = line.split(" ", 1)[0]
+                categories[tag] = categories.get(tag, 0) + 1
+        out[name] = {
+            "runs": [s["run"] for s in group],
+            "algos": sorted({str(s.get("algo")) for s in group}),
+            "runs_passing": t["runs_passing"],
+            "verdicts": t["verdicts"],
+            "expected_findings": {"n": t["expected_findings"]["n"], "ok": t["expected_findings"]["at_severity"]},
+            "false_alarms": t["false_alarms"]["findings"],
+            "remedy_contradictions": t["remedy_contradictions"]["n"],
+            "run_facts": {"n": t["run_facts"]["n"], "ok": t["run_facts"]["ok"]},
+            "failure_categories": categories,
+        }
+    return out
+
+
+def class_table(classes: dict[str, dict[str, Any]], suite: str) -> Table:
+    table = Table(
+        f"Per class ({suite})",
+        ["class", "algos", "runs passing", "verdicts", "expected findings", "false alarms", "contradictions",
+         "run facts", "failures by category"],
+        "one row per scenario family (its runs over algorithms and seeds); expected findings, verdicts and run "
+        "facts: ok / compared; failures by category: failure lines of its runs, by tag.",
+    )  # fmt: skip
+    for name, c in classes.items():
+        v, e, f = c["verdicts"], c["expected_findings"], c["run_facts"]
+        table.add(
+            name,
+            ",".join(c["algos"]),
+            f"{c['runs_passing']}/{len(c['runs'])}",
+            f"{v['correct']}/{v['n']}" if v["n"] else "-",
+            f"{e['ok']}/{e['n']}" if e["n"] else "-",
+            c["false_alarms"],
+            c["remedy_contradictions"],
+            f"{f['ok']}/{f['n']}" if f["n"] else "-",
+            ", ".join(f"{k} {n}" for k, n in c["failure_categories"].items()) or "-",
+        )
+    return table
 
 
 def totals_table(suites: dict[str, dict[str, Any]]) -> Table:
@@ -395,6 +465,10 @@ def totals_table(suites: dict[str, dict[str, Any]]) -> Table:
     row(
         "  found at another severity / on other channels / detector crashed / missing",
         lambda t: "{wrong_severity} / {wrong_channels} / {crashed} / {missing}".format(**t["expected_findings"]),
+    )
+    row(
+        "  found at the severity without the expected details (title, actions, evidence)",
+        lambda t: t["expected_findings"]["wrong_detail"],
     )
     row("verdicts correct", lambda t: part(t["verdicts"]["correct"], t["verdicts"]["n"]))
     row("false alarms (findings)", lambda t: t["false_alarms"]["findings"])
@@ -428,6 +502,14 @@ def totals_table(suites: dict[str, dict[str, Any]]) -> Table:
     row(
         "inferred weights matching",
         lambda t: part(t["weights_inferred"]["ok"], t["weights_inferred"]["n"]) if t["weights_inferred"]["n"] else "-",
+    )
+    row(
+        "run facts matching (not reported)",
+        lambda t: (
+            f"{part(t['run_facts']['ok'], t['run_facts']['n'])} ({t['run_facts']['not_reported']})"
+            if t["run_facts"]["n"]
+            else "-"
+        ),
     )
     row(
         "onset |error| mean / max (steps)",
@@ -499,7 +581,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"{scalar_logs if not args.no_scalars else 'skipped'}",
         "",
     ]
+    classes = {name: per_class(scores) for name, scores in suites_scores.items()}
     out = [*header, totals_table(suite_totals).render(args.markdown), targets_table(target).render(args.markdown)]
+    out += [class_table(classes[name], name).render(args.markdown) for name in suites_scores]
     for name, scores in suites_scores.items():
         out.append(f"### {name}\n" if args.markdown else f"######## {name} ########\n")
         out += [t.render(args.markdown, level=4) for t in tables(scores)]
@@ -520,6 +604,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "seconds": round(wall, 2),
             "totals": suite_totals,
             "targets": target,
+            "per_class": classes,
             "runs": everything,
         }
         args.json.write_text(json.dumps(report, indent=2) + "\n")

@@ -21,6 +21,11 @@ Nothing here imports ``collapse_doctor``. Usage::
     .venv/bin/python scripts/build_trl_corpus.py                       # every run -> tests/data/trl_corpus
     .venv/bin/python scripts/build_trl_corpus.py --only complementary  # one scenario (both algos, both seeds)
     .venv/bin/python scripts/build_trl_corpus.py --out /tmp/corpus --jobs 2
+    .venv/bin/python scripts/build_trl_corpus.py --merge-from /tmp/corpus   # add /tmp/corpus's runs (no training)
+
+``--out`` into an empty directory writes a manifest of just the runs built; ``--merge-from DIR`` then copies DIR's
+runs into ``--out`` (default tests/data/trl_corpus) and adds their entries to its manifest, leaving the entries
+already there unchanged (a name already there is an error).
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
+import itertools
 import json
 import math
 import os
@@ -257,6 +263,14 @@ def late_rank(t: str, row: dict[str, Any]) -> float:
     return sum(w * r for w, r in zip(weights, ranks, strict=True)) / sum(weights)
 
 
+POINTS_PER_CHAR = 5.0
+"""``length_points``: a length reward on a large scale (the content check of its scenario lives in [0, 1])."""
+
+
+def length_points(t: str, row: dict[str, Any]) -> float:
+    return POINTS_PER_CHAR * len(t)
+
+
 @dataclass(frozen=True)
 class Channel:
     name: str
@@ -283,6 +297,18 @@ class Scenario:
     """Supervised steps on prompt + short random answer + EOS before GRPO (``prefit``); 0 = the random model."""
     min_new_tokens: int = 0
     """Added to generation_kwargs when > 0 (1: no completion is empty, EOS cannot be the first token)."""
+    beta: float = 0.0
+    """TRL's KL coefficient. Above 0 TRL builds a reference model: the policy as it starts GRPO (after the pre-fit),
+    saved to a temporary directory that TRL reloads (nothing is downloaded)."""
+    num_iterations: int = 1
+    """TRL's num_iterations: each generation batch is optimised (and logged) this many steps in a row."""
+    anchor: tuple[int, float] | None = None
+    """(k, beta): a monitor callback sets ``trainer.beta = beta`` once more than half of the groups of each of k
+    consecutive steps held n identical completions (a KL anchor raised when a collapse is noticed); ``beta``
+    before that (it must be above 0, so that TRL builds the reference model). None = no monitor."""
+    state_window: str = ""
+    """'_last_third': the ceiling / floor / clipped channel states are checked on the last third of the steps (a run
+    whose state is reached during training), as the scan judges a state on the end of the run."""
 
     @property
     def weights(self) -> list[float]:
@@ -294,6 +320,19 @@ L_SHARE = "share of the completion's characters in LOW = {0-4, a-m} (half of the
 L_EARLY = (
     "share of the completion's characters in LOW = {0-4, a-m}, the i-th character weighted 0.8**i "
     "(earlier characters count more; 0 if empty)"
+)
+
+FIRST_LOW = "1 when the first character is in LOW = {0-4, a-m}, else 0"
+MODE_COLLAPSE_CHANNELS = (
+    Channel("single", single_char, "1 when the completion is exactly one character, else 0", 0, 1),
+    Channel(
+        "rank",
+        late_rank,
+        "position-weighted (0.8**i) mean rank of the characters in the order 0-9a-z, scaled to [0, 1] "
+        "(1.0 only for completions made of 'z' alone; 0 if empty)",
+        0,
+        1,
+    ),
 )
 
 SCENARIOS: dict[str, Scenario] = {
@@ -431,24 +470,87 @@ SCENARIOS: dict[str, Scenario] = {
             "mode-collapse",
             "a pre-fitted policy (stops on its own) trained at a 10x learning rate: every group ends up emitting "
             "one identical completion",
-            (
-                Channel("single", single_char, "1 when the completion is exactly one character, else 0", 0, 1),
-                Channel(
-                    "rank",
-                    late_rank,
-                    "position-weighted (0.8**i) mean rank of the characters in the order 0-9a-z, scaled to [0, 1] "
-                    "(1.0 only for completions made of 'z' alone; 0 if empty)",
-                    0,
-                    1,
-                ),
-            ),
+            MODE_COLLAPSE_CHANNELS,
             steps=100,
             learning_rate=1e-2,
             prefit_steps=300,
             min_new_tokens=1,
         ),
+        Scenario(
+            "binary-n2",
+            "one binary reward with pass rate ~0.5 at num_generations=2 (16 prompts per step, 32 rows)",
+            (Channel("first_low", first_low, FIRST_LOW, 0, 1),),
+            num_generations=2,
+            prompts_per_step=16,
+            algos=("grpo",),
+        ),
+        Scenario(
+            "binary-n16",
+            "the same binary reward (pass rate ~0.5) at num_generations=16",
+            (Channel("first_low", first_low, FIRST_LOW, 0, 1),),
+            num_generations=16,
+        ),
+        Scenario(
+            "scale-mismatch-cut",
+            "a 5-points-per-character length reward + a [0, 1] content check independent of length, "
+            "max_completion_length=7: a pre-fitted policy that stops on its own learns to run to the cap",
+            (
+                Channel(
+                    "length",
+                    length_points,
+                    "5 points per character (one token per character): 35 exactly when the completion was cut at "
+                    "max_completion_length = 7, 5-15 for a finished 1-3 character one",
+                    0,
+                    35,
+                ),
+                Channel("content", low_early, L_EARLY, 0, 1),
+            ),
+            max_completion_length=7,
+            steps=40,
+            learning_rate=3e-3,
+            prefit_steps=300,
+            min_new_tokens=1,
+            state_window="_last_third",
+        ),
+        Scenario(
+            "num-iterations-2",
+            "healthy-two's channels with num_iterations=2: each generation batch is optimised, and logged, twice",
+            (
+                Channel("digits", digit_share, D_SHARE, 0, 1),
+                Channel("low", low_early, L_EARLY, 0, 1),
+            ),
+            steps=40,
+            num_iterations=2,
+        ),
+        Scenario(
+            "scale-none-beta",
+            "healthy-two's channels with scale_rewards='none' and beta=0.04 (a reference model)",
+            (
+                Channel("digits", digit_share, D_SHARE, 0, 1),
+                Channel("low", low_early, L_EARLY, 0, 1),
+            ),
+            scale_rewards="none",
+            beta=0.04,
+            algos=("grpo",),
+        ),
+        Scenario(
+            "mode-collapse-recovering",
+            "mode-collapse's setup at 2x its learning rate with a KL anchor raised (beta 0.001 -> 50) once 6 "
+            "consecutive steps are collapsed: the policy collapses, then recovers well before the end",
+            MODE_COLLAPSE_CHANNELS,
+            steps=60,
+            learning_rate=2e-2,
+            prefit_steps=300,
+            min_new_tokens=1,
+            beta=1e-3,
+            anchor=(6, 50.0),
+        ),
     )
 }
+CUT_SCENARIOS = frozenset({"scale-mismatch-cut"})
+"""Scenarios measured with ``cut_stats`` (truncation read from the completion text)."""
+RECOVERY_SCENARIOS = frozenset({"mode-collapse-recovering"})
+"""Scenarios measured with ``recovery_stats`` (a collapse that ends)."""
 
 COLLAPSED_TO = {("grpo", 0): "z", ("grpo", 1): "z", ("gdpo", 0): "zzzzzzzz", ("gdpo", 1): "z"}
 """mode-collapse: the completion each run collapsed to (measured: the completion of >= 98% of the groups of the
@@ -487,8 +589,9 @@ def trl_config(s: Scenario, algo: str, seed: int) -> dict[str, Any]:
         "max_steps": s.steps,
         "per_device_train_batch_size": s.prompts_per_step * s.num_generations,
         "num_generations": s.num_generations,
+        **({"num_iterations": s.num_iterations} if s.num_iterations != 1 else {}),
         "learning_rate": s.learning_rate,
-        "beta": 0.0,
+        "beta": s.beta,
         "temperature": 1.0,
         "max_completion_length": s.max_completion_length,
         "multi_objective_aggregation": AGGREGATION[algo],
@@ -511,6 +614,39 @@ def generation_kwargs(s: Scenario, suppress: list[int]) -> dict[str, Any]:
 
 
 KEEP_SUFFIXES = ("trainer_state.json",)
+
+
+def anchor_callback(s: Scenario) -> Any:
+    """A TrainerCallback for ``s.anchor``: after each step it judges the step's completions (the ones TRL keeps for
+    logging, ``trainer._logs``), and once more than half of the groups of k consecutive steps held n identical
+    completions it sets ``trainer.beta`` (TRL reads ``self.beta`` whenever it computes the reference
+    log-probabilities and the loss), from the next step on. ``switched`` keeps that step. None without an anchor."""
+    if s.anchor is None:
+        return None
+    from transformers import TrainerCallback
+
+    k, beta = s.anchor
+
+    class KLAnchor(TrainerCallback):
+        trainer: Any = None
+        switched: list[int]
+        collapsed_run = 0
+
+        def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            if self.switched:
+                return
+            done = list(self.trainer._logs["completion"])
+            n = s.num_generations
+            groups = [done[i : i + n] for i in range(0, len(done), n)]
+            same = sum(len(set(g)) == 1 for g in groups) / max(len(groups), 1)
+            self.collapsed_run = self.collapsed_run + 1 if same > 0.5 else 0
+            if self.collapsed_run >= k:
+                self.trainer.beta = beta
+                self.switched.append(state.global_step + 1)  # global_step is the step just done
+
+    callback = KLAnchor()
+    callback.switched = []
+    return callback
 
 
 def prune(run_dir: Path) -> None:
@@ -542,11 +678,14 @@ def build_run(scenario: str, algo: str, seed: int, out: str) -> dict[str, Any]:
     from trl import GRPOConfig, GRPOTrainer
 
     hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
     torch.set_num_threads(1)
     s = SCENARIOS[scenario]
     name = run_name(scenario, algo, seed)
     final = Path(out) / name
     work = Path(tempfile.mkdtemp(prefix=f".{name}.", dir=out))
+    reference: Path | None = None
+    switched: list[int] | None = None
     started = time.perf_counter()
     try:
         set_seed(seed)
@@ -554,6 +693,12 @@ def build_run(scenario: str, algo: str, seed: int, out: str) -> dict[str, Any]:
         model = build_model(tokenizer, seed)
         if s.prefit_steps:
             prefit(model, tokenizer, s.prefit_steps, seed)
+        if s.beta or s.anchor is not None:
+            # TRL builds the reference model from config._name_or_path: point it at a local copy of the policy as
+            # it starts GRPO (after the pre-fit), so the KL anchor is the starting policy and nothing is downloaded.
+            reference = Path(tempfile.mkdtemp(prefix=f".{name}.ref.", dir=out))
+            model.save_pretrained(reference)
+            model.config._name_or_path = str(reference)
         vocab = tokenizer.get_vocab()
         suppress = [tokenizer.pad_token_id, tokenizer.bos_token_id, tokenizer.unk_token_id]
         suppress += [vocab[ch] for ch in PROMPT_ONLY]
@@ -575,8 +720,13 @@ def build_run(scenario: str, algo: str, seed: int, out: str) -> dict[str, Any]:
             processing_class=tokenizer,
         )
         trainer.remove_callback(PrinterCallback)
+        schedule = anchor_callback(s)
+        if schedule is not None:
+            schedule.trainer = trainer
+            trainer.add_callback(schedule)
         with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
             trainer.train()
+        switched = list(schedule.switched) if schedule is not None else None
         del trainer, model
         prune(work)
         if final.exists():
@@ -585,8 +735,12 @@ def build_run(scenario: str, algo: str, seed: int, out: str) -> dict[str, Any]:
     finally:
         if work.exists():
             shutil.rmtree(work, ignore_errors=True)
+        if reference is not None and reference.exists():
+            shutil.rmtree(reference, ignore_errors=True)
     seconds = time.perf_counter() - started
     measured = measure_run(final, s, algo, seed)
+    if switched is not None and "recovery" in measured:
+        measured["recovery"]["anchor_switched_at_step"] = switched[0] if switched else None
     return {"name": name, "scenario": scenario, "algo": algo, "seed": seed, "seconds": seconds, "measured": measured}
 
 
@@ -645,9 +799,14 @@ def measure_run(run_dir: Path, s: Scenario, algo: str, seed: int | None = None) 
     names = [c.name for c in s.channels]
     w = np.array(s.weights)
     steps = []
+    logged_files = 0
     for f in sorted((run_dir / "completions").glob("completions_*.parquet")):
         t = pq.read_table(f).to_pydict()
+        logged_files += 1
+        if s.num_iterations > 1 and steps and same_rows(steps[-1], t):
+            continue  # the generation batch TRL logged again (num_iterations > 1): each rollout counted once
         steps.append(t)
+    reuse = reuse_stats(run_dir, steps, logged_files) if s.num_iterations > 1 else None
     rows = sum(len(t["step"]) for t in steps)
     per_step_rewards = [np.array([[np.nan if v is None else v for v in t[c]] for c in names], float).T for t in steps]
     prompts_ok = all(len(set(t["prompt"][i : i + n])) == 1 for t in steps for i in range(0, len(t["prompt"]), n))
@@ -764,6 +923,36 @@ def measure_run(run_dir: Path, s: Scenario, algo: str, seed: int | None = None) 
     collapse = collapse_stats(steps, n, recomputed[algo], logged, history, s, algo, seed)
     weight_fit = fit_weight_ratio(per_step_rewards, logged, n, algo, s.scale_rewards) if len(names) == 2 else None
     bound = (n - 1) / math.sqrt(n)
+    extra: dict[str, Any] = {}
+    if reuse is not None:
+        extra["reuse"] = reuse
+    if s.name in CUT_SCENARIOS:
+        extra["cut"] = cut_stats(steps, s, n)
+        clipped = scalar_mean("completions/clipped_ratio")
+        extra["cut"]["text_cut_share_minus_trl_clipped_ratio"] = (
+            _r(np.mean(extra["cut"]["cut_share_per_step"]) - clipped) if clipped is not None else None
+        )
+    if s.name in RECOVERY_SCENARIOS:
+        extra["recovery"] = recovery_stats(collapse["identical_group_share_per_step"])
+        entropy = collapse["entropy_per_step"]
+        tenth = max(3, math.ceil(0.1 * len(entropy)))
+        extra["recovery"]["entropy_last_10pct_over_first"] = (
+            _r(np.mean(entropy[-tenth:]) / entropy[0]) if entropy and entropy[0] else None
+        )
+    if s.scale_rewards == "none":
+        group = np.concatenate([trl_advantages(r, w, n, "grpo", "group") for r in per_step_rewards])
+        extra["scale"] = {
+            "group_scaled_vs_logged_mean_abs_diff": _r(np.mean(np.abs(group - logged))),
+            "logged_abs_advantage_std": _r(np.std(logged)),
+        }
+    if s.beta or s.anchor is not None:
+        kl = [h["kl"] for h in history if h.get("kl") is not None]
+        extra["trl_kl_max"] = _r(max(kl)) if kl else None
+        extra["trl_kl_mean"] = _r(np.mean(kl)) if kl else None
+        # the largest fall from one logged step to the next, relative to the run's largest KL (0 for a KL that only
+        # rises; an oscillating KL falls by a large part of its peak)
+        falls = [a - b for a, b in itertools.pairwise(kl)]
+        extra["trl_kl_largest_drop_over_max"] = _r(max(0.0, *falls) / max(kl)) if len(kl) > 1 and max(kl) > 0 else None
     return {
         "steps": len(steps),
         "rows": rows,
@@ -796,6 +985,91 @@ def measure_run(run_dir: Path, s: Scenario, algo: str, seed: int | None = None) 
         "trl_entropy_first_last": [scalar_mean_of(history, "entropy", 0), scalar_mean_of(history, "entropy", -1)],
         "steps_of_groups": [int(step_of_group.min()), int(step_of_group.max())] if groups else None,
         "collapse": collapse,
+    } | extra
+
+
+def same_rows(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    """Whether two completions tables hold the same rows (every column but ``step``), as TRL writes one generation
+    batch again at each of its num_iterations steps."""
+    keys = [k for k in a if k != "step"]
+    return set(keys) == {k for k in b if k != "step"} and all(a[k] == b[k] for k in keys)
+
+
+def reuse_stats(run_dir: Path, batches: list[dict[str, Any]], logged_files: int) -> dict[str, Any]:
+    """Logged tables vs generation batches: TRL logs a batch at each step it optimises on it (num_iterations)."""
+    import pyarrow.parquet as pq
+
+    logged_rows = sum(pq.read_metadata(f).num_rows for f in (run_dir / "completions").glob("completions_*.parquet"))
+    logged_steps = [b["step"][0] for b in batches]
+    return {
+        "logged_tables": logged_files,
+        "logged_rows": logged_rows,
+        "generation_batches": len(batches),
+        "generated_rows": sum(len(b["step"]) for b in batches),
+        "first_logged_step_of_each_batch": logged_steps,
+        "tables_per_batch": round(logged_files / len(batches), 4) if batches else None,
+    }
+
+
+def cut_stats(steps: list[dict[str, Any]], s: Scenario, n: int) -> dict[str, Any]:
+    """Truncation at the length cap, read from the completion text (one token per character and no EOS in the text,
+    so a completion was cut exactly when it has max_completion_length characters): the share cut per step, and per
+    channel the within-group difference mean(reward | cut) - mean(reward | finished), averaged over the groups that
+    hold both (a trend the run shares with the cut share cancels inside a group)."""
+    import numpy as np
+
+    cap = s.max_completion_length
+    per_step, diffs, finished_len = [], {c.name: [] for c in s.channels}, []
+    for t in steps:
+        cut = np.array([len(c) == cap for c in t["completion"]])
+        per_step.append(float(cut.mean()))
+        finished_len += [len(c) for c in t["completion"] if len(c) < cap]
+        for i in range(0, len(cut), n):
+            g = cut[i : i + n]
+            if g.all() or not g.any():
+                continue
+            for c in s.channels:
+                x = np.array([np.nan if v is None else v for v in t[c.name][i : i + n]], float)
+                diffs[c.name].append(float(np.nanmean(x[g]) - np.nanmean(x[~g])))
+    third = max(1, len(steps) // 3)
+    return {
+        "cut_share_per_step": [round(v, 4) for v in per_step],
+        "cut_share_first_5_steps": _r(np.mean(per_step[:5])),
+        "cut_share_last_third": _r(np.mean(per_step[-third:])),
+        "cut_share_max_step": _r(max(per_step)),
+        "mixed_groups": len(next(iter(diffs.values()))),
+        "finished_mean_chars": _r(np.mean(finished_len)) if finished_len else None,
+        "cut_minus_finished": {k: _r(np.mean(v)) if v else None for k, v in diffs.items()},
+        "cut_minus_finished_se": {
+            k: _r(np.std(v, ddof=1) / math.sqrt(len(v))) if len(v) > 1 else None for k, v in diffs.items()
+        },
+    }
+
+
+def recovery_stats(ident: list[float], share: float = 0.5) -> dict[str, Any]:
+    """A collapse that ends: the longest stretch of consecutive steps with more than ``share`` of the groups
+    identical, where it starts and ends (1-based positions among the logged steps), and the identical share over the
+    last 10% of the steps (the scan's current window, at least 3 steps) and the last 20%."""
+    import numpy as np
+
+    best, start = (0, None, None), None
+    for k, v in enumerate([*ident, 0.0]):
+        if v > share and start is None:
+            start = k
+        elif v <= share and start is not None:
+            if k - start > best[0]:
+                best = (k - start, start + 1, k)
+            start = None
+    n = len(ident)
+    tenth, fifth = max(3, math.ceil(0.1 * n)), max(3, math.ceil(0.2 * n))
+    return {
+        "longest_collapsed_stretch_steps": best[0],
+        "collapsed_stretch": [best[1], best[2]] if best[1] is not None else None,
+        "steps_after_stretch": n - best[2] if best[2] is not None else None,
+        "identical_group_share_stretch": _r(np.mean(ident[best[1] - 1 : best[2]])) if best[1] is not None else None,
+        "identical_group_share_last_10pct": _r(np.mean(ident[-tenth:])),
+        "identical_group_share_last_20pct": _r(np.mean(ident[-fifth:])),
+        "identical_group_share_max_step": _r(max(ident)) if ident else None,
     }
 
 
@@ -977,6 +1251,26 @@ def prefit_setup(s: Scenario) -> dict[str, Any]:
         "batch": PREFIT_BATCH,
         "optimizer": f"torch AdamW lr {PREFIT_LR}",
         "answer_chars": [1, PREFIT_MAX_CHARS],
+    }
+
+
+REFERENCE_MODEL = (
+    "TRL's reference model (beta > 0) is the policy as it starts GRPO (after the pre-fit, if any): saved to a "
+    "temporary directory that config._name_or_path points at, which TRL reloads; deleted after the run"
+)
+
+
+def kl_anchor_setup(s: Scenario) -> dict[str, Any]:
+    assert s.anchor is not None
+    return {
+        "what": "a TrainerCallback judges each step's completions (trainer._logs) and, once more than half of the "
+        f"groups of {s.anchor[0]} consecutive steps held {s.num_generations} identical completions, sets "
+        f"trainer.beta = {s.anchor[1]} from the next step on (TRL reads self.beta at every step); beta is "
+        f"{s.beta} before that (above 0 so that TRL builds the reference model)",
+        "consecutive_collapsed_steps": s.anchor[0],
+        "beta_before": s.beta,
+        "beta_after": s.anchor[1],
+        "switched_at_step": "measured: recovery.anchor_switched_at_step",
     }
 
 
@@ -1789,6 +2083,437 @@ def expected(s: Scenario, algo: str, seed: int | None = None) -> dict[str, Any]:
             + (" (single 1, rank 1)" if len(mode) == 1 else " have single = 0, so none")
             + ". all-fail needs rank 0 (the string '0'...) and single 0 together: ~never.",
         }
+    elif s.name == "binary-n2":
+        silent = (
+            "A group of n = 2 completions scored by one binary reward is silent when both pass or both fail: "
+            "P = p^2 + (1-p)^2, which is 1/2 at p = 1/2 and more at any other pass rate (at group size n a binary "
+            "reward leaves at least 2^(1-n) of the groups silent, whatever the prompts). Here p ~ 18/37 = 0.49 "
+            "(the first character is one of the 18 LOW characters; an empty completion fails; measured pass rate "
+            "0.49-0.55): about a quarter of the groups all-pass, a quarter all-fail, and half of the rollouts get "
+            "advantage exactly 0 (measured zero_advantage_group_share 0.47-0.49; all-pass groups 0.23-0.28, "
+            "all-fail 0.19-0.26)."
+        )
+        e["verdict"] = ["AT RISK"]
+        e["verdict_why"] = silent + (
+            " The other half train at full scale (A = +-0.707), so the run's gradient signal is halved, not gone: "
+            "a precursor (half the rollouts silent), below the 80% of a collapse."
+        )
+        e["channel_states"] = {}
+        e["channel_states_why"] = {
+            "first_low": "no state is expected: by the arithmetic of n = 2 the channel varies in only ~half of the "
+            "groups (not 'most', so not ranking), and sits at its maximum in ~25% and its minimum in ~25% (neither "
+            "ceiling nor floor); its pass rate (measured 0.49-0.55) is stationary (lr 1e-3).",
+        }
+        fix = (
+            "With p ~ 1/2 the silent share p^2 + (1-p)^2 is already at its minimum over p: harder prompts (lower p) or "
+            "easier prompts (higher p) can only raise it, and asking for both at once contradicts itself. What lowers "
+            "it is a larger group: 2^(1-n) is 0.125 at n = 4 and 0.008 at n = 8 (the remedy raises num_generations, "
+            "a trainer_setting action)."
+        )
+        e["expect"] = [
+            _e(
+                "CD102",
+                "warning",
+                "warning",
+                silent + " The silent groups are all-pass and all-fail in equal parts, which is what a pass/fail "
+                "reward does at a small group size. " + fix,
+                evidence=(
+                    "zero_advantage_group_share",
+                    "all_pass_group_share",
+                    "all_fail_group_share",
+                    "channels.first_low.pass_rate",
+                ),
+                evidence_ranges={
+                    "all_pass_group_share": [0.15, 0.35],
+                    "all_fail_group_share": [0.15, 0.35],
+                    "zero_advantage_rollout_share": [0.4, 0.6],
+                },
+                actions_include=[{"kind": "trainer_setting", "setting": "num_generations", "change": "raise"}],
+            ),
+        ]
+        support = (
+            "one binary reward at n = 2 gives exactly three advantage values: 0 in the silent groups (~50% of the "
+            "rollouts) and +-(1/2) / (1/sqrt(2) + 1e-4) = +-0.7070 in the others (~25% each), which is the group "
+            "z-score bound (n-1)/sqrt(n) = 0.707 itself. That support is forced by the reward and the group size; "
+            "a bimodality, kurtosis or outlier statistic on it measures n = 2, not outlier groups (no group has a "
+            "member far from the others: a group of two has no 'rest')."
+        )
+        e["forbid"] = [
+            _f("CD201", support, lo="info", evidence=("logged_abs_advantage_max", "group_zscore_bound")),
+            _f(
+                "CD101",
+                "first_low's pass rate is stationary (lr 1e-3): its rel_gain (the share of varying groups, ~0.5) "
+                "does not decay.",
+                ["first_low"],
+                evidence=("channels.first_low.mean_first_third", "channels.first_low.mean_last_third"),
+            ),
+            _f("CD402", "one channel: there is no other channel to drown."),
+        ]
+        e["forbid_remedies"] = [
+            {
+                "kinds": ["harder_and_easier"],
+                "why": "the scan has the completions: the silent groups are all-pass and all-fail in equal parts "
+                "(p ~ 1/2). " + fix,
+            },
+            {
+                "codes": ["CD102"],
+                "kinds": ["weight", "aggregation"],
+                "why": "one channel: its weight cancels in the group z-score (w*r - mean(w*r) over the std of w*r), "
+                "and GDPO's z-score of a single channel is the same z-score, 0 in the same groups.",
+            },
+        ]
+        e["allowed_note"] = (
+            "CD504 (TRL's frac_reward_zero_std ~0.5) describes the same silence from the scalar log and is neither "
+            "expected nor forbidden."
+        )
+        e["gdpo_resolves"] = {
+            "CD102": _g(
+                False,
+                "one channel: GDPO z-scores it within the group (0 where both members agree), then renormalises over "
+                "the batch: the same groups are silent.",
+                ("grpo_zero_advantage_group_share", "gdpo_zero_advantage_group_share"),
+            )
+        }
+        e["signal_budget"] = {
+            "zero_advantage_share": [0.4, 0.6],
+            "zero_advantage_group_share": [0.4, 0.6],
+            "all_pass_group_share": [0.15, 0.35],
+            "all_fail_group_share": [0.15, 0.35],
+            "why": "p^2 + (1-p)^2 ~ 0.5 of the 320 groups silent (standard error ~0.03); p^2 ~ 0.24 all-pass, "
+            "(1-p)^2 ~ 0.26 all-fail.",
+        }
+    elif s.name == "binary-n16":
+        two = (
+            "one binary reward at n = 16: a group with k passes gives its passing members (1 - k/16)/s and its failing "
+            "ones -(k/16)/s (s = the group std, ddof 1); GDPO z-scores the one channel the same way and renormalises "
+            "over the batch. Two advantage values per group, concentrated near +-1 for k ~ 8, are forced by a "
+            "pass/fail reward: a bimodality or outlier statistic on them measures the reward type, not outlier groups."
+        )
+        e["verdict"] = ["HEALTHY"]
+        e["verdict_why"] = (
+            "p ~ 0.5 (measured 0.55): a group of 16 is silent only when all pass or all fail, P = p^16 + (1-p)^16 "
+            "~ 1e-4, so every group carries signal (measured zero-advantage groups 0-0.6%: one group of 160 in seed "
+            "1, where the prompt moves the pass rate a little); " + two
+        )
+        e["channel_states"] = {"first_low": "ranking"}
+        e["channel_states_why"] = {
+            "first_low": "pass rate ~0.5 (measured 0.55): constant among 16 with P ~ 1e-4, varies in every group "
+            "(measured varying_group_share 0.99-1.0)."
+        }
+        e["expect"] = []
+        e["forbid"] = [
+            _f("CD201", two, lo="info", evidence=("logged_abs_advantage_max",)),
+            _f(
+                "CD202",
+                "TRL's logged advantages are TRL's formula (max |difference| ~0); |A| <= 3.75 = (n-1)/sqrt(n) (GRPO "
+                "max ~1.9 for k = 3 or 13, GDPO renormalised ~+-1): nothing to report, not even as information.",
+                lo="info",
+                evidence=("logged_matches_trl_formula_max_abs_diff", "logged_abs_advantage_max"),
+            ),
+            _f("CD102", "P(silent group) ~ 1e-4: 0-1 of 160 measured.", evidence=("zero_advantage_group_share",)),
+            _f("CD101", "the pass rate is stationary (lr 1e-3).", ["first_low"]),
+            _f("CD402", "one channel: there is no other channel to drown."),
+        ]
+        e["max_warning"] = 0
+        e["gdpo_resolves"] = {}
+        e["signal_budget"] = {
+            "zero_advantage_share": [0.0, 0.01],
+            "zero_advantage_group_share": [0.0, 0.01],
+            "all_pass_group_share": [0.0, 0.01],
+            "all_fail_group_share": [0.0, 0.01],
+            "why": "a member of a varying binary group never has zero advantage (its reward 0 or 1 differs from the "
+            "group mean k/16 in (0, 1)); silent groups ~1e-4 (0-1 of 160 measured).",
+        }
+    elif s.name == "scale-mismatch-cut":
+        cut = (
+            "The pre-fitted policy ends its completions after 1-3 characters (measured cut share ~0 over steps 1-5), "
+            "so a completion is cut at max_completion_length = 7 only if it emits 7 characters without EOS. length "
+            "pays 5 points per character: a cut completion scores 35, a finished one 5-15, so within a group the cut "
+            "members score ~+16-20 more on length on average (measured cut_minus_finished.length; +30 over a "
+            "1-character one), while content, the position-weighted LOW share of iid characters, has mean 1/2 at any "
+            "length (measured cut_minus_finished.content ~0). Under GRPO length's within-group spread (5 points x "
+            "~1 character) dwarfs content's (~0.3): the advantage is the length rank, the policy learns to stop "
+            "emitting EOS, and by the last third most completions are cut (measured cut_share_last_third). Under GDPO "
+            "each channel gets unit spread, but length still ranks a longer completion higher in every group where "
+            "lengths differ: the same drift, a little slower. The length reward then measures the cap: cut "
+            "completions earn its maximum, and TRL trains on them (mask_truncated_completions=False)."
+        )
+        e["verdict"] = ["AT RISK"]
+        e["verdict_why"] = cut + (
+            " content still varies within every group (fine-grained values), so the gradient signal the run uses "
+            "is intact: a precursor."
+        )
+        e["channel_states"] = {"length": "clipped", "content": "ranking"}
+        e["channel_states_why"] = {
+            "length": "at its maximum 35 exactly when the completion was cut: over the last third of the steps all "
+            "4 members of most groups are cut (measured ceiling_group_share_last_third), for the wrong reason (the "
+            "cap, not the content): clipped, judged on the end of the run.",
+            "content": "position-weighted LOW share: fine-grained values, varies in every group (measured ~1.0).",
+        }
+        e["expect"] = [
+            _e(
+                "CD104",
+                "warning",
+                "warning",
+                cut,
+                ["length"],
+                (
+                    "trl_clipped_ratio_mean",
+                    "cut.cut_share_first_5_steps",
+                    "cut.cut_share_last_third",
+                    "cut.cut_minus_finished",
+                    "channels.length.ceiling_group_share_last_third",
+                ),
+            )
+        ]
+        e["forbid"] = [
+            _f(
+                "CD104",
+                "content is not a length-type reward: inside a group, where the members share one policy, the cut "
+                "members score the same content as the finished ones (measured cut_minus_finished.content -0.03 to "
+                "+0.05, within 2 standard errors of 0, against length's +16-20; within-group correlation of length "
+                "and content ~0). A trend content may share "
+                "with the cut share over the run (the policy drifting while it learns to run to the cap) is not that "
+                "evidence.",
+                ["content"],
+                lo="info",
+                evidence=("cut.cut_minus_finished", "cut.cut_minus_finished_se", "within_group_corr"),
+            ),
+            _f(
+                "CD101",
+                "content's within-group range is stationary: its rel_gain does not decay.",
+                ["content"],
+                evidence=("channels.content.mean_first_third", "channels.content.mean_last_third"),
+            ),
+            _f("CD102", "content varies in every group.", evidence=("zero_advantage_group_share",)),
+        ]
+        e["allowed_note"] = (
+            "The cut also makes length stop varying inside the groups once all members are cut: CD101 on length "
+            "(its rel_gain decays), CD505 on length (its std falls) and CD501 (the logged reward std falls from "
+            "length's spread to content's) describe the same saturation at the cap and are neither expected nor "
+            "forbidden; so is CD402 under GRPO (length holds ~99% of the within-group variance of the sum while "
+            "lengths still differ)."
+        )
+        e["gdpo_resolves"] = {
+            "CD104": _g(
+                False,
+                "truncation happens in generation, before any aggregation; under GDPO length still ranks longer "
+                "completions higher, and the GDPO runs run to the cap as well.",
+                ("cut.cut_share_last_third",),
+            )
+        }
+        e["weights_inferred"] = {"length": 1.0, "content": 1.0}
+        e["weights_inferred_why"] = "reward_weights [1, 1] (TRL's default); independent channels, identifiable."
+        e["signal_budget"] = {
+            "zero_advantage_share": [0.0, 0.05],
+            "zero_advantage_group_share": [0.0, 0.02],
+            "all_pass_group_share": [0.0, 0.01],
+            "all_fail_group_share": [0.0, 0.0],
+            "why": "content varies in every group; all-pass needs 4 cut completions of LOW characters only (content "
+            "= 1), ~(2^-7)^4; all-fail needs length 0, impossible with min_new_tokens = 1.",
+        }
+    elif s.name == "num-iterations-2":
+        reuse = (
+            "num_iterations = 2 with max_steps = 40 (steps_per_generation = 1): TRL generates at steps 1, 3, ..., 39 "
+            "and optimises each generation batch for two steps, so there are 20 generation batches of 8 prompts x 4 = "
+            "32 rollouts: 640 rollouts in 160 groups. TRL writes completions_<step>.parquet at every logged step from "
+            "the buffer of the latest batch, so step 2k's table repeats step 2k-1's rows (40 tables, 1,280 logged "
+            "rows; measured reuse). A scan that counted logged rows would see every rollout twice."
+        )
+        e["verdict"] = ["HEALTHY"]
+        e["verdict_why"] = reuse + (
+            " The rewards are healthy-two's: two independent continuous channels that vary in every group; lr 1e-3 "
+            "over 40 optimiser steps keeps the policy near its start."
+        )
+        e["channel_states"] = {"digits": "ranking", "low": "ranking"}
+        e["channel_states_why"] = {
+            "digits": "digit share, varies in ~99% of groups.",
+            "low": "position-weighted LOW share, varies in ~99% of groups.",
+        }
+        e["expect"] = []
+        e["run_expect"] = [
+            {"field": "rollouts", "equals": 640, "why": reuse},
+            {"field": "groups", "equals": 160, "why": "640 rollouts / 4 per group."},
+            {"field": "signal.rollouts", "equals": 640, "why": "the signal budget rests on each rollout once."},
+            {
+                "field": "warnings",
+                "any_startswith": "advantages reused",
+                "why": "the run says that the logged advantages of a generation batch were used for more than one "
+                "step (20 of 40 logged steps repeat the previous one).",
+            },
+        ]
+        e["forbid"] = [
+            _f("CD102", "both channels vary.", evidence=("zero_advantage_group_share",)),
+            _f("CD301", "position weights make equal sums a coincidence.", evidence=("grpo_tied_pair_share",)),
+            _f("CD401", "independent channels: within-group rho ~0.", evidence=("within_group_corr",)),
+            _f("CD402", "~45 / 55 shares.", evidence=("grpo_variance_share",)),
+        ]
+        e["max_warning"] = 0
+        e["gdpo_resolves"] = {}
+        e["weights_inferred"] = {"digits": 1.0, "low": 1.0}
+        e["weights_inferred_why"] = "reward_weights [1, 1] (TRL's default); identifiable."
+        e["signal_budget"] = {
+            "zero_advantage_share": [0.0, 0.03],
+            "zero_advantage_group_share": [0.0, 0.02],
+            "all_pass_group_share": [0.0, 0.0],
+            "all_fail_group_share": [0.0, 0.01],
+            "why": "both channels vary in ~99% of groups; counted over the 640 rollouts (each once).",
+        }
+    elif s.name == "scale-none-beta":
+        e["verdict"] = ["HEALTHY"]
+        e["verdict_why"] = (
+            "healthy-two's rewards (two independent continuous channels varying in every group) with "
+            "scale_rewards='none': TRL only centres the sum, A = total - group mean, so |A| stays below the spread "
+            "of the sum (measured max |A| 1.04, under the group bound 1.5) and the advantage std is the "
+            "within-group std of the raw sum (measured scale.logged_abs_advantage_std 0.26), by definition of "
+            "'none' (Adam's update does not see a global scale). beta = 0.04 adds a KL term to the starting policy; "
+            "at lr 1e-3 the policy barely moves: the "
+            "logged KL rises smoothly from 0 to ~0.01-0.02 nats per token (measured trl_kl_max; it never falls by "
+            "more than a small part of its peak, trl_kl_largest_drop_over_max) against an entropy of ~3.7 nats."
+        )
+        e["channel_states"] = {"digits": "ranking", "low": "ranking"}
+        e["channel_states_why"] = {
+            "digits": "digit share, varies in ~99% of groups.",
+            "low": "position-weighted LOW share, varies in ~99% of groups.",
+        }
+        e["expect"] = []
+        e["run_expect"] = [
+            {"field": "algorithm", "equals": "grpo", "why": "multi_objective_aggregation sum_then_normalize."},
+            {
+                "field": "algorithm_source",
+                "contains": "scale none",
+                "why": "the logged advantages are TRL's formula with scale_rewards='none' exactly (measured "
+                "logged_matches_trl_formula_max_abs_diff) and differ from the group-scaled recomputation by far more "
+                "than float noise (measured scale.group_scaled_vs_logged_mean_abs_diff): the scale is identifiable.",
+            },
+        ]
+        e["forbid"] = [
+            _f(
+                "CD202",
+                "the logged advantages are GRPO with scale 'none' exactly, all within the group bound: nothing "
+                "stale or mismatched, not even as information.",
+                lo="info",
+                evidence=("logged_matches_trl_formula_max_abs_diff", "logged_abs_advantage_max"),
+            ),
+            _f(
+                "CD201",
+                "unscaled advantages have the within-group spread of the raw sum (std 0.26), below a z-score's "
+                "~0.87: the definition of scale_rewards='none', not an advantage std out of band; and no group has an "
+                "extreme member (bounded continuous rewards).",
+                evidence=("logged_abs_advantage_max", "scale.logged_abs_advantage_std", "outlier_8sd_group_share"),
+            ),
+            _f(
+                "CD502",
+                "the KL to the starting policy rises smoothly from 0 to ~0.01-0.02 at lr 1e-3 (measured trl_kl_max, "
+                "trl_kl_largest_drop_over_max): nothing oscillates.",
+                evidence=("trl_kl_max", "trl_kl_largest_drop_over_max"),
+            ),
+            _f("CD102", "both channels vary.", evidence=("zero_advantage_group_share",)),
+            _f("CD401", "independent channels: within-group rho ~0.", evidence=("within_group_corr",)),
+            _f("CD402", "~44 / 56 shares.", evidence=("grpo_variance_share",)),
+        ]
+        e["max_warning"] = 0
+        e["gdpo_resolves"] = {}
+        e["weights_inferred"] = {"digits": 1.0, "low": 1.0}
+        e["weights_inferred_why"] = (
+            "reward_weights [1, 1]: with scale 'none' the advantages are linear in the weights, so the ratio is "
+            "identifiable (measured weight_ratio_fit)."
+        )
+        e["signal_budget"] = {
+            "zero_advantage_share": [0.0, 0.03],
+            "zero_advantage_group_share": [0.0, 0.02],
+            "all_pass_group_share": [0.0, 0.0],
+            "all_fail_group_share": [0.0, 0.01],
+            "why": "both channels vary in ~99% of groups (centring alone gives zero exactly where scaling would).",
+        }
+    elif s.name == "mode-collapse-recovering":
+        e["verdict"] = ["HEALTHY", "AT RISK"]
+        e["verdict_why"] = (
+            "mode-collapse's rewards and pre-fitted start, at learning_rate 2e-2: the policy commits to one string per "
+            "prompt within 14-31 steps (measured recovery.collapsed_stretch), and then, as in mode-collapse, every "
+            "group of identical completions has advantage 0 under any aggregation. Here a monitor raises beta from "
+            "0.001 to 50 once 6 consecutive steps were collapsed (measured anchor_switched_at_step): with the "
+            "advantages 0 the loss is beta times the KL to the pre-fitted reference (diverse 1-3 character "
+            "completions), so the update pulls the policy back, and at beta = 50 against rewards in [0, 2] the "
+            "KL-regularised optimum stays within a factor exp(2/50) ~ 1.04 of the reference: the collapse ends and "
+            "does not return. Measured: a stretch of 11-19 steps at 0.91-0.94 identical groups ends 12-29 steps "
+            "before the end (the anchor switched at steps 20-37), and no group of the last 10% of the steps is "
+            "identical. A collapse that ended before the current window "
+            "(the last 10% of the steps, at least the persistence window) is information about the run's history, "
+            "not its state: not COLLAPSED."
+        )
+        e["channel_states"] = {}
+        e["channel_states_why"] = {
+            "single": "no state is expected: the channel was at its ceiling (or floor, for a run collapsed to a long "
+            "all-'z' string) during the collapse and varies again after it.",
+            "rank": "the same: ceiling during the collapse, varying after it.",
+        }
+        e["expect"] = [
+            _e(
+                "CD105",
+                "info",
+                "info",
+                "a sustained stretch where most groups hold identical completions (measured "
+                "recovery.identical_group_share_stretch >= 0.8 over >= 6 steps) that ended before the current window "
+                "(measured recovery.steps_after_stretch, recovery.identical_group_share_last_10pct): reported with "
+                "the step it recovered at.",
+                evidence=(
+                    "recovery.collapsed_stretch",
+                    "recovery.identical_group_share_stretch",
+                    "recovery.steps_after_stretch",
+                    "recovery.identical_group_share_last_10pct",
+                    "recovery.anchor_switched_at_step",
+                ),
+                title_matches=r"recovered at step \d+",
+                title_example="identical completions at steps 21-31, recovered at step 32",
+            ),
+        ]
+        e["forbid"] = [
+            _f(
+                "CD202",
+                "TRL's logged advantages are TRL's formula on the logged rewards (identical groups: exactly 0 under "
+                "GRPO; under GDPO TRL's float32 leaves |A| ~1e-5 on them in a step where another group varies).",
+                evidence=(
+                    "logged_matches_trl_formula_max_abs_diff",
+                    "collapse.identical_groups_logged_abs_advantage_max",
+                ),
+            ),
+        ]
+        e["forbid_remedies"] = [
+            {
+                "codes": ["CD102", "CD105"],
+                "kinds": ["weight", "aggregation"],
+                "why": "the silent groups of the collapse hold identical completions: every channel is constant in "
+                "them, so no channel weight and no aggregation changes their advantage (w * 0 = 0).",
+            }
+        ]
+        e["allowed_note"] = (
+            "CD102 (zero-variance groups during the collapse), CD101, CD501, CD502 (the logged KL rises with the "
+            "collapse and falls after the anchor), CD503 and CD504 describe the same episode and are neither "
+            "expected nor forbidden, at information or warning (a critical one would say the run is collapsed "
+            "now, against the verdict); so is CD104 where the collapse was to a long all-'z' string cut at the cap "
+            "(GDPO seed 0: single is 0 for every cut completion, by definition), CD507 (the training reward rises "
+            "into the collapse and falls back when the anchor pulls the policy to the reference: a real regression "
+            "of the reward, the price of the anchor) and CD402 (while most groups are identical, the few that vary "
+            "may be ranked by one channel)."
+        )
+        e["gdpo_resolves"] = {
+            "CD105": _g(
+                False,
+                "the aggregation acts after sampling: GDPO cannot make identical completions differ (the GDPO runs "
+                "collapse as well).",
+                ("recovery.identical_group_share_stretch",),
+            ),
+        }
+        e["signal_budget"] = {
+            "zero_advantage_share": [0.1, 0.6],
+            "zero_advantage_group_share": [0.1, 0.6],
+            "all_pass_group_share": [0.0, 0.6],
+            "all_fail_group_share": [0.0, 0.01],
+            "why": "zero-advantage rollouts ~ the collapsed stretch's share of the run (11-19 of 60 steps) at ~0.9 "
+            "plus ~0 elsewhere. all-pass = groups collapsed to 'z' (single 1, rank 1); a run collapsed to a long "
+            "all-'z' string has single 0 there, so none. all-fail needs rank 0 and single 0 together: ~never.",
+        }
     else:
         raise KeyError(s.name)
     if e["verdict"] == ["HEALTHY"] and s.num_generations == 4 and not any(f["code"] == "CD201" for f in e["forbid"]):
@@ -1803,8 +2528,10 @@ def expected(s: Scenario, algo: str, seed: int | None = None) -> dict[str, Any]:
             )
         )
     own = {f["code"] for f in e["forbid"]}
-    if s.name == "mode-collapse":
+    if s.name in ("mode-collapse", "mode-collapse-recovering"):
         own |= {"CD501", "CD503"}  # the reward std and the entropy really do collapse here: not false alarms
+    if s.name == "scale-mismatch-cut":
+        own |= {"CD501"}  # the reward std falls from length's spread to content's once every member is cut
     e["forbid"] += [dict(f) for f in GLOBAL_FORBID if f["code"] not in own]
     return e
 
@@ -1868,6 +2595,70 @@ EXTRA_CHECKS: dict[str, list[tuple[str, float, float]]] = {
         ("collapse.first_step_ended_by_eos_share", 0.95, 1.0),
         ("collapse.onset_step", 6, 67),
     ],
+    "binary-n2": [
+        ("channels.first_low.pass_rate", 0.4, 0.6),
+        ("grpo_zero_advantage_group_share", 0.4, 0.6),
+        # three advantage values: 0 and +-(1/2)/(1/sqrt(2) + 1e-4) = +-0.7070, the bound (n-1)/sqrt(n) = 0.7071
+        ("logged_abs_advantage_max", 0.706, 0.7071),
+        ("logged_beyond_bound_share", 0.0, 0.0),
+        ("groups_per_step", 16, 16),
+        ("rows", 640, 640),
+    ],
+    "binary-n16": [
+        ("channels.first_low.pass_rate", 0.4, 0.6),
+        ("grpo_zero_advantage_group_share", 0.0, 0.01),
+        ("gdpo_zero_advantage_group_share", 0.0, 0.01),
+        ("groups_per_step", 8, 8),
+    ],
+    "scale-mismatch-cut": [
+        # truncation is learned, not there from the start: ~0 cut in steps 1-5, most cut over the last third
+        ("cut.cut_share_first_5_steps", 0.0, 0.1),
+        ("cut.cut_share_last_third", 0.6, 1.0),
+        ("collapse.first_step_ended_by_eos_share", 0.95, 1.0),
+        # within groups the cut members earn far more length and the same content
+        ("cut.cut_minus_finished.length", 10.0, 35.0),
+        ("cut.cut_minus_finished.content", -0.1, 0.1),
+        ("cut.mixed_groups", 30, 10_000),
+        ("within_group_corr.length~content", -0.15, 0.15),
+        # the text-based cut share agrees with TRL's own clipped_ratio (one token per character)
+        ("cut.text_cut_share_minus_trl_clipped_ratio", -0.01, 0.01),
+        # and no mode collapse
+        ("collapse.identical_group_share_last_third", 0.0, 0.1),
+    ],
+    "num-iterations-2": [
+        ("reuse.logged_tables", 40, 40),
+        ("reuse.logged_rows", 1280, 1280),
+        ("reuse.generation_batches", 20, 20),
+        ("reuse.generated_rows", 640, 640),
+        ("reuse.tables_per_batch", 2.0, 2.0),
+        ("groups", 160, 160),
+        ("grpo_tied_pair_share", 0.0, 0.03),
+        ("within_group_corr.digits~low", -0.15, 0.15),
+    ],
+    "scale-none-beta": [
+        ("scale.group_scaled_vs_logged_mean_abs_diff", 0.1, 10.0),
+        ("logged_abs_advantage_max", 0.0, 1.5),
+        ("logged_beyond_bound_share", 0.0, 0.0),
+        ("trl_kl_max", 0.0, 0.05),
+        ("trl_kl_largest_drop_over_max", 0.0, 0.25),
+        ("grpo_tied_pair_share", 0.0, 0.03),
+        ("within_group_corr.digits~low", -0.15, 0.15),
+    ],
+    "mode-collapse-recovering": [
+        # diverse at the start, as in mode-collapse
+        ("collapse.identical_group_share_first_5_steps", 0.0, 0.05),
+        ("collapse.first_step_ended_by_eos_share", 0.95, 1.0),
+        ("collapse.entropy_first", 2.0, 4.0),
+        # a sustained collapse: >= 6 consecutive steps with most groups identical, ~all of them over the stretch
+        ("recovery.longest_collapsed_stretch_steps", 6, 60),
+        ("recovery.identical_group_share_stretch", 0.8, 1.0),
+        ("recovery.anchor_switched_at_step", 7, 50),
+        # ... that ended well before the current window (the last 10% of the steps)
+        ("recovery.steps_after_stretch", 9, 60),
+        ("recovery.identical_group_share_last_10pct", 0.0, 0.2),
+        ("recovery.identical_group_share_last_20pct", 0.0, 0.3),
+        ("recovery.entropy_last_10pct_over_first", 0.3, 2.0),
+    ],
 }
 
 
@@ -1875,11 +2666,12 @@ def design_checks(s: Scenario, algo: str, seed: int | None = None) -> list[tuple
     """Statistics the rewards were designed to produce: channel states, signal budget, scenario specifics."""
     e = expected(s, algo, seed)
     # mode-collapse: a channel's state is that of the collapsed stretch (the last third), as the scan judges a
-    # state on the end of the run; the other scenarios are stationary and are checked over the whole run.
-    suffix = "_last_third" if s.name == "mode-collapse" else ""
+    # state on the end of the run (likewise a scenario with state_window); the other scenarios are stationary and
+    # are checked over the whole run.
+    suffix = "_last_third" if s.name == "mode-collapse" else s.state_window
     checks = [
         (
-            f"channels.{c}.{STATE_CHECKS[state][0]}{suffix if state in ('ceiling', 'floor') else ''}",
+            f"channels.{c}.{STATE_CHECKS[state][0]}{suffix if state in ('ceiling', 'floor', 'clipped') else ''}",
             *STATE_CHECKS[state][1:],
         )
         for c, state in e["channel_states"].items()
@@ -1919,7 +2711,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"output directory (default {DEFAULT_OUT})")
     parser.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1), help="runs trained in parallel")
     parser.add_argument("--seeds", default=",".join(map(str, SEEDS)), help="comma-separated seeds (default 0,1)")
+    parser.add_argument(
+        "--merge-from",
+        type=Path,
+        metavar="DIR",
+        help="train nothing: copy the runs of DIR (a corpus built with --out DIR) into --out and add their manifest "
+        "entries to --out/manifest.json; the entries already there are kept as they are, and a run name already "
+        "there is an error",
+    )
     args = parser.parse_args(argv)
+    if args.merge_from is not None:
+        return merge_corpus(args.merge_from, args.out)
     only = [x for part in args.only for x in part.split(",") if x]
     unknown = [x for x in only if x not in SCENARIOS]
     if unknown:
@@ -2009,7 +2811,9 @@ SETUP = {
     "prompts": "the 55 prompts 'a+b=' with a + b <= 9 (dataset column 'answer' = str(a+b)); "
     "prompts_per_step of them per step in TRL's seeded RepeatSampler order, num_generations completions each",
     "training": f"max_steps {STEPS}, learning_rate {LEARNING_RATE}, beta 0 (no reference model, no KL logged), "
-    "logging_steps 1 (one completions parquet per step), save_steps = max_steps (one checkpoint)",
+    "logging_steps 1 (one completions parquet per step), save_steps = max_steps (one checkpoint); a scenario may "
+    "set other values (max_steps, learning_rate, num_generations, prompts_per_step, num_iterations, beta, "
+    "scale_rewards, max_completion_length): each run's trl_config holds its own",
     "kept": "completions/completions_<step>.parquet, runs/<date>_<host>/events.out.tfevents.*, "
     "checkpoint-<max_steps>/trainer_state.json",
     "deleted": "model.safetensors, optimizer.pt, scheduler.pt, rng_state.pth, training_args.bin (it held "
@@ -2044,10 +2848,24 @@ SEMANTICS = {
     "weighted sum with None as 0; GDPO: the weighted sum of per-channel group z-scores); *_tied_pair_share = "
     "share of within-group pairs with different reward vectors and equal advantages; within_group_corr = "
     "correlation of group-demeaned rewards; weight_ratio_fit = the w2/w1 that reproduces the logged advantages.",
-    "forbid_remedies": "where present: per rule, finding codes whose remedy must not propose the listed kinds of "
-    "change (weight: changing channel weights; aggregation: switching to GDPO or gdpo-dynamic), read from the "
-    "finding's typed actions and its remedy text (benchmarks/accuracy_scoring.py forbidden_remedies).",
-    "prefit": "where present: the supervised pre-fit of the random model before GRPO (mode-collapse only).",
+    "forbid_remedies": "where present: per rule, finding codes (every finding when codes is absent) whose remedy "
+    "must not propose the listed kinds of change (weight: changing channel weights; aggregation: switching to GDPO "
+    "or gdpo-dynamic; harder_and_easier: harder prompts and easier prompts in one remedy), read from the finding's "
+    "typed actions and its remedy text (benchmarks/accuracy_scoring.py forbidden_remedies).",
+    "prefit": "where present: the supervised pre-fit of the random model before GRPO (mode-collapse, "
+    "mode-collapse-recovering, scale-mismatch-cut).",
+    "expect_details": "an expect item may also carry title_matches (a regular expression the finding's title must "
+    "match; title_example is a title that matches it), actions_include (typed remedy actions, findings[].actions, "
+    "each given field equal) and evidence_ranges "
+    "({key: [lo, hi]} on the finding's evidence); a finding at the right severity that misses one is "
+    "'wrong_detail'.",
+    "run_expect": "where present: facts about the run block of the scan (run.<field>, dotted for nested fields), "
+    "each with equals, contains (text, case-insensitive) or any_startswith (some item of a list field starts with "
+    "the text), and why.",
+    "kl_anchor": "where present: the monitor callback that raises beta once the run is collapsed "
+    "(mode-collapse-recovering).",
+    "reference_model": "where present (beta > 0): what TRL's reference model is.",
+    "allowed_note": "where present: findings that are neither expected nor forbidden, and why.",
     "design_checks": "the statistics each scenario was designed to produce, with the measured value; the builder "
     "fails when one is out of range (the reward function gets fixed, not the expectation).",
 }
@@ -2070,6 +2888,46 @@ def write_manifest(out: Path, results: list[dict[str, Any]]) -> None:
     path.write_text(json.dumps(manifest, indent=1) + "\n")
 
 
+def merge_corpus(src: Path, dest: Path) -> int:
+    """Add the runs of corpus ``src`` to corpus ``dest`` (``--merge-from``): copy each run directory, append its
+    manifest entry. The entries already in ``dest`` are written back unchanged (the same JSON values, in the same
+    order among themselves; the list stays sorted by run name); ``setup`` and ``semantics`` are the builder's
+    current text, ``versions`` stays ``dest``'s (entries built with other library versions carry their own)."""
+    new = json.loads((src / "manifest.json").read_text())
+    path = dest / "manifest.json"
+    old = json.loads(path.read_text()) if path.exists() else {"runs": []}
+    have = {r["run"]: r for r in old["runs"]}
+    clash = sorted(r["run"] for r in new["runs"] if r["run"] in have or (dest / r["run"]).exists())
+    if clash:
+        print(f"error: {dest} already holds {', '.join(clash)}; nothing merged", file=sys.stderr)
+        return 2
+    missing = [r["run"] for r in new["runs"] if not (src / r["run"] / "completions").is_dir()]
+    if missing:
+        print(f"error: {src} lacks the run directories of {', '.join(missing)}; nothing merged", file=sys.stderr)
+        return 2
+    versions = old.get("versions") or new.get("versions")
+    runs = dict(have)
+    for entry in new["runs"]:
+        if new.get("versions") != versions:
+            entry = {**entry, "versions": new.get("versions")}
+        runs[entry["run"]] = entry
+    dest.mkdir(parents=True, exist_ok=True)
+    for entry in new["runs"]:
+        shutil.copytree(src / entry["run"], dest / entry["run"])
+    manifest = {
+        "format_version": old.get("format_version", 1),
+        "generated_by": old.get("generated_by", new.get("generated_by")),
+        "versions": versions,
+        "setup": SETUP,
+        "semantics": SEMANTICS,
+        "runs": [runs[k] for k in sorted(runs)],
+    }
+    path.write_text(json.dumps(manifest, indent=1) + "\n")
+    kept = all(json.dumps(runs[k]) == json.dumps(have[k]) for k in have)
+    print(f"merged {len(new['runs'])} run(s) into {dest} ({len(runs)} in all); existing entries unchanged: {kept}")
+    return 0 if kept else 1
+
+
 def manifest_entry(result: dict[str, Any]) -> dict[str, Any]:
     s = SCENARIOS[result["scenario"]]
     algo = result["algo"]
@@ -2082,6 +2940,8 @@ def manifest_entry(result: dict[str, Any]) -> dict[str, Any]:
         "trl_config": trl_config(s, algo, result["seed"])
         | {"prompts_per_step": s.prompts_per_step}
         | ({"generation_kwargs_extra": {"min_new_tokens": s.min_new_tokens}} if s.min_new_tokens else {}),
+        **({"kl_anchor": kl_anchor_setup(s)} if s.anchor is not None else {}),
+        **({"reference_model": REFERENCE_MODEL} if s.beta else {}),
         **({"prefit": prefit_setup(s)} if s.prefit_steps else {}),
         "channels": {
             c.name: {"definition": c.definition, "range": [c.lo, c.hi], "weight": c.weight} for c in s.channels
