@@ -139,14 +139,27 @@ def length_moments(
     return out
 
 
+def step_longest(lengths: np.ndarray, valid: np.ndarray, step: np.ndarray, num_steps: int) -> np.ndarray:
+    """``[S]`` the largest known length of each step's valid rows (-inf for a step without any).
+
+    >>> step_longest(np.array([2.0, np.nan, 4.0, 1.0]), np.ones(4, bool), np.array([0, 0, 0, 1]), 3).tolist()
+    [4.0, 1.0, -inf]
+    """
+    known = valid & np.isfinite(lengths)
+    top = np.full(num_steps, -np.inf)
+    np.maximum.at(top, np.asarray(step, dtype=np.int64)[known], lengths[known])
+    return top
+
+
 def cut_of(
-    rows: CompletionRows | None, valid: np.ndarray, step: np.ndarray, num_steps: int
+    rows: CompletionRows | None, valid: np.ndarray, step: np.ndarray, longest: np.ndarray | None
 ) -> tuple[np.ndarray, float] | None:
     """``[N]`` 1.0 for a row cut at the length cap, 0.0 for one that ended on its own, NaN unknown, and the rule
-    that said so (:data:`CUT_BY_FLAG`, :data:`CUT_AT_STEP_MAX`); None where neither a flag nor lengths are known.
+    that said so (:data:`CUT_BY_FLAG`, :data:`CUT_AT_STEP_MAX`: a row at its step's ``longest`` length); None
+    where neither a flag nor lengths are known.
 
     >>> rows = CompletionRows.of(None, np.array([3.0, 5.0, 5.0, 2.0]))
-    >>> cut, rule = cut_of(rows, np.ones(4, bool), np.array([0, 0, 0, 1]), 2)
+    >>> cut, rule = cut_of(rows, np.ones(4, bool), np.array([0, 0, 0, 1]), np.array([5.0, 2.0]))
     >>> cut.tolist(), rule
     ([0.0, 1.0, 1.0, 1.0], 0.0)
     """
@@ -154,14 +167,11 @@ def cut_of(
         return None
     if rows.cut is not None:
         return np.where(valid, rows.cut, np.nan), CUT_BY_FLAG
-    if rows.lengths is None:
+    if rows.lengths is None or longest is None:
         return None
-    lengths = rows.lengths
-    known = valid & np.isfinite(lengths)
-    step = np.asarray(step, dtype=np.int64)
-    top = np.full(num_steps, -np.inf)
-    np.maximum.at(top, step[known], lengths[known])
-    return np.where(known, (lengths >= top[step]).astype(np.float64), np.nan), CUT_AT_STEP_MAX
+    known = valid & np.isfinite(rows.lengths)
+    at_top = rows.lengths >= longest[np.asarray(step, dtype=np.int64)]
+    return np.where(known, at_top.astype(np.float64), np.nan), CUT_AT_STEP_MAX
 
 
 def cut_moments(
@@ -185,7 +195,10 @@ def cut_moments(
     ([3.0], [[7.5]], [[1.0]])
     """
     C = rewards.shape[1]
-    found = cut_of(rows, valid, step, num_steps)
+    step = np.asarray(step, dtype=np.int64)
+    lengths = None if rows is None else rows.lengths
+    longest = None if lengths is None else step_longest(lengths, valid, step, num_steps)
+    found = cut_of(rows, valid, step, longest)
     if found is None:
         unknown = np.full(num_steps, np.nan)
         return {"cut_rows": unknown, "cut_known_rows": unknown, "cut_rule": unknown} | {
@@ -193,7 +206,6 @@ def cut_moments(
             for name in ("cut_reward_diff_sum", "cut_reward_diff_sq", "cut_mixed_groups")
         }
     cut, rule = found
-    step = np.asarray(step, dtype=np.int64)
     known = np.isfinite(cut)
     out = {
         "cut_rows": np.bincount(step[known], weights=cut[known], minlength=num_steps).astype(np.float64),
@@ -205,12 +217,8 @@ def cut_moments(
     # comparable length, so a reward that needs a few characters (0 for an empty completion) does not pass for one
     # that pays for reaching the cap.
     comparable = np.ones(len(cut), dtype=bool)
-    if rows is not None and rows.lengths is not None:
-        lengths = rows.lengths
-        sized = np.isfinite(lengths) & valid
-        top = np.full(num_steps, -np.inf)
-        np.maximum.at(top, step[sized], lengths[sized])
-        comparable = (cut > 0) | (sized & (lengths >= 0.5 * top[step]))
+    if lengths is not None and longest is not None:
+        comparable = (cut > 0) | (valid & np.isfinite(lengths) & (lengths >= 0.5 * longest[step]))
     diff_sum, diff_sq, mixed = (np.zeros((num_steps, C)) for _ in range(3))
     for k in range(C):
         use = known & comparable & np.isfinite(rewards[:, k])
@@ -295,9 +303,7 @@ def length_stats(
     ([3.0, 1.0], [4.0, 1.0])
     """
     known = valid & ~np.isnan(lengths)
-    step, lengths = np.asarray(step, dtype=np.int64)[known], lengths[known]
-    count = np.bincount(step, minlength=num_steps)
-    mean = ratio(np.bincount(step, weights=lengths, minlength=num_steps), count)
-    top = np.full(num_steps, -np.inf)
-    np.maximum.at(top, step, lengths)
-    return mean, np.where(count > 0, top, np.nan)
+    at = np.asarray(step, dtype=np.int64)[known]
+    count = np.bincount(at, minlength=num_steps)
+    mean = ratio(np.bincount(at, weights=lengths[known], minlength=num_steps), count)
+    return mean, np.where(count > 0, step_longest(lengths, valid, step, num_steps), np.nan)

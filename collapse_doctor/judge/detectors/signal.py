@@ -12,6 +12,7 @@ from collapse_doctor.core.series import RunSeries
 from collapse_doctor.core.smoothing import ratio_to_running_peak
 from collapse_doctor.judge.budget import applies_share, channel_extreme_shares
 from collapse_doctor.judge.detectors.base import DetectionContext, Detector, Finding, NotEnoughData, Severity, register
+from collapse_doctor.judge.detectors.mode_collapse import identical_share_over
 from collapse_doctor.judge.detectors.remedies import (
     HOTTER,
     MORE_GENERATIONS,
@@ -49,15 +50,6 @@ def _mean_level(series: RunSeries, k: int, window: slice, start: int) -> dict[st
     span = float(high - low)
     position = (during - float(low)) / span if np.isfinite(span) and span > 0 else float("nan")
     return {"mean_before": before, "mean_during": during, "position": position}
-
-
-def _identical_share(series: RunSeries, window: slice) -> float:
-    """The share of the stretch's groups (with logged completions) whose members wrote one completion; NaN without
-    completion text (unknown, not zero)."""
-    if "completion_groups" not in series:
-        return float("nan")
-    groups = float(np.nansum(series["completion_groups"][window]))
-    return float(np.nansum(series["identical_completion_groups"][window])) / groups if groups > 0 else float("nan")
 
 
 def channel_support(ctx: DetectionContext, k: int) -> float:
@@ -172,7 +164,7 @@ class RelGainDecay(Detector):
         }
         remedy: str | Remedy
         level = _mean_level(series, k, window, start)
-        identical = _identical_share(series, window)
+        identical = identical_share_over(ctx, window)[0] if "completion_groups" in series else float("nan")
         evidence |= level | ({"identical_completion_group_share": identical} if np.isfinite(identical) else {})
         if identical >= limit and not at_ceiling >= limit:
             # Constant because the completions are: the policy collapsed (CD105), the reward did not change.

@@ -103,14 +103,12 @@ class ZeroVarianceGroups(Detector):
         # Graded on the current window while the condition holds through it (CURRENT_WINDOW_RULE).
         ongoing = ctx.recovered_at(stretch) is None
         current = signal_budget(series, ctx.algorithm, ctx.current_window) if ongoing else None
-        now = current.zero_advantage_rollout_share if current is not None and current.rollouts else level
+        graded_now = current is not None and current.rollouts > 0
+        now = current.zero_advantage_rollout_share if graded_now and current is not None else level
+        last = ctx.current_window.stop - ctx.current_window.start
         message = (
             f"{pct(level)} of rollouts carry zero advantage under {alg} ({steps}; {own.rollouts:,} rollouts)"
-            + (
-                f", {pct(now)} over the last {ctx.current_window.stop - ctx.current_window.start} steps"
-                if current is not None and current.rollouts
-                else ""
-            )
+            + (f", {pct(now)} over the last {last} steps" if graded_now else "")
             + f": {why}. Under {alt} {pct(other.zero_advantage_rollout_share)} would"
             + (" (the same condition fires)." if fires_other else " (below the threshold).")
         )

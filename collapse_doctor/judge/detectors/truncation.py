@@ -19,7 +19,7 @@ from collapse_doctor.core import scalars as S
 from collapse_doctor.core.findings import ChangeSetting, Remedy
 from collapse_doctor.core.numbers import pct
 from collapse_doctor.core.schema import TRUNCATED
-from collapse_doctor.core.series import CUT_AT_STEP_MAX, CUT_BY_FLAG
+from collapse_doctor.core.series import CUT_AT_STEP_MAX, CUT_BY_FLAG, RunSeries
 from collapse_doctor.core.smoothing import rolling
 from collapse_doctor.judge.detectors.base import (
     DetectionContext,
@@ -280,6 +280,16 @@ def _names(channels: list[str], rho: Mapping[str, float]) -> str:
     return ", ".join(f"`{c}` (r = {rho[c]:+.2f})" for c in channels)
 
 
+FLAG_SOURCE = "the rollouts' `truncated` flag"
+
+
+def _cut_share(series: RunSeries, rule: float) -> np.ndarray:
+    """``[S]`` cut rows over rows whose cut is known, at the steps whose cut rows were told by ``rule`` (NaN
+    elsewhere)."""
+    known = np.where(series["cut_rule"] == rule, series["cut_known_rows"], 0.0)
+    return np.where(known > 0, series["cut_rows"] / np.maximum(known, 1.0), np.nan)
+
+
 def _truncated_share(ctx: DetectionContext) -> tuple[np.ndarray, np.ndarray, str, str] | None:
     """The per-step truncated share, its steps, where it comes from (the scalar log's tag where there is one, else
     the rollouts' ``truncated`` column) and those words for a message."""
@@ -291,12 +301,10 @@ def _truncated_share(ctx: DetectionContext) -> tuple[np.ndarray, np.ndarray, str
     series = ctx.series
     if series.num_steps == 0 or "cut_rule" not in series:
         return None
-    flagged = series["cut_rule"] == CUT_BY_FLAG
-    if not flagged.any():
+    share = _cut_share(series, CUT_BY_FLAG)
+    if not np.isfinite(share).any():
         return None
-    known = np.where(flagged, series["cut_known_rows"], 0.0)
-    share = np.where(known > 0, series["cut_rows"] / np.maximum(known, 1.0), np.nan)
-    return series.steps, share, TRUNCATED, "the rollouts' `truncated` flag"
+    return series.steps, share, TRUNCATED, FLAG_SOURCE
 
 
 @dataclass(frozen=True)
@@ -323,7 +331,7 @@ class _CutEvidence:
         rows = (series.steps >= first) & (series.steps <= last)
         rule = series["cut_rule"]
         usable = rows & (rule == CUT_BY_FLAG)
-        source = "the rollouts' `truncated` flag"
+        source = FLAG_SOURCE
         if not usable.any():
             usable = rows & _longest_rows_match_the_log(ctx, code)
             source = "the rollouts' longest completions of each step, which match the logged truncated share"
@@ -390,9 +398,7 @@ def _longest_rows_match_the_log(ctx: DetectionContext, code: str) -> np.ndarray:
     logged = ctx.scalars.get(S.TRUNCATED_SHARE) if ctx.scalars is not None else None
     if logged is None:
         return out
-    at_max = series["cut_rule"] == CUT_AT_STEP_MAX
-    known = series["cut_known_rows"]
-    share = np.where(at_max & (known > 0), series["cut_rows"] / np.maximum(known, 1.0), np.nan)
+    share = _cut_share(series, CUT_AT_STEP_MAX)
     _, ia, ib = np.intersect1d(series.steps, logged.steps, return_indices=True)
     both = np.isfinite(share[ia]) & np.isfinite(logged.values[ib])
     if int(both.sum()) < ctx.threshold(code, "min_points"):
