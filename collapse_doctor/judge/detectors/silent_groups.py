@@ -47,6 +47,9 @@ class ZeroVarianceGroups(Detector):
         binaries with equal weights stay silent under GDPO too). Both all-pass and all-fail groups at once, with
         few completions per prompt, are what a pass/fail outcome does at a small group size: at size n a binary
         reward leaves at least 2^(1-n) of the groups silent (half of them at n = 2), whatever the prompts.
+        Where that floor reaches `warn_share` (n = 2) and the run's silent groups are all-pass and all-fail, the
+        condition is reported over the whole run when its silent share is within two standard errors of the
+        floor, though sampling keeps it under the cut step by step.
 
     Evidence
         Share of rollouts with zero advantage and of silent groups (over the stretch), the silent groups by
@@ -77,6 +80,26 @@ class ZeroVarianceGroups(Detector):
     def _stretch(self, ctx: DetectionContext) -> tuple[int, int] | None:
         return ctx.sustained(ctx.smooth_rate(self._share(ctx)) > ctx.threshold(self.code, "warn_share"))
 
+    def _binary_floor(self, ctx: DetectionContext) -> float | None:
+        """The silent share a pass/fail outcome forces at the run's group size (``2 ** (1 - n)``), when it reaches
+        ``warn_share`` and the run is consistent with it: its silent groups are all-pass and all-fail (each 10%+
+        of the groups, together 90%+ of the silence) and its silent share over the run is not below the floor by
+        more than two standard errors (over its groups). None otherwise."""
+        size = ctx.run.group_size_max
+        if not 2 <= size <= 4:
+            return None
+        floor = 2.0 ** (1 - size)
+        if floor < ctx.threshold(self.code, "warn_share"):
+            return None
+        run = signal_budget(ctx.series, ctx.algorithm, slice(None))
+        if run is None or not run.groups:
+            return None
+        outcome = run.pass_group_share + run.fail_group_share
+        if min(run.pass_group_share, run.fail_group_share) < 0.1 or outcome < 0.9 * run.silent_group_share:
+            return None
+        error = float(np.sqrt(floor * (1 - floor) / run.groups))
+        return floor if run.silent_group_share >= floor - 2 * error else None
+
     def detect(self, ctx: DetectionContext) -> list[Finding]:
         series = ctx.series
         if series.num_steps == 0:
@@ -84,20 +107,29 @@ class ZeroVarianceGroups(Detector):
         if float(np.nansum(series["groups"])) < ctx.threshold(self.code, "min_groups"):
             raise NotEnoughData(f"fewer than {ctx.threshold(self.code, 'min_groups'):g} groups")
         stretch = self._stretch(ctx)
+        floor = None
         if stretch is None:
-            return []
+            floor = self._binary_floor(ctx)
+            if floor is None:
+                return []
+            stretch = (0, series.num_steps - 1)
         window = ctx.window(stretch)
         own = signal_budget(series, ctx.algorithm, window)
         other_ctx = ctx.counterfactual()
         other = signal_budget(series, other_ctx.algorithm, window)
         assert own is not None and other is not None
-        fires_other = self._stretch(other_ctx) is not None
+        fires_other = self._stretch(other_ctx) is not None or self._binary_floor(other_ctx) is not None
         level = own.zero_advantage_rollout_share
         alg, alt = ctx.algorithm.upper(), other_ctx.algorithm.upper()
         steps = f"steps {int(series.steps[stretch[0]])}-{int(series.steps[stretch[1]])}"
         groups = float(np.nansum(series["groups"][window]))
         single = (groups - own.groups) / groups if groups > 0 else 0.0
         why = _split(own) if own.groups else "every group holds a single rollout"
+        if floor is not None:
+            why += (
+                f"; under the {pct(ctx.threshold(self.code, 'warn_share'))} cut step by step, but within sampling "
+                f"error of the {pct(floor)} a pass/fail outcome leaves silent at group size {ctx.run.group_size_max}"
+            )
         if own.groups and single >= 0.1:
             why += f"; {pct(single)} of the groups hold a single rollout"
         # Graded on the current window while the condition holds through it (CURRENT_WINDOW_RULE).

@@ -30,6 +30,13 @@ ALL_PASS_REMEDY = (
     "all-pass (learned): harder prompts, filter solved prompts (dynamic sampling), or drop or down-weight the "
     "channel every completion passes"
 )
+MIXED_REMEDY = Remedy(
+    "filter the groups whose rewards are all equal (dynamic sampling) or raise "
+    f"{MORE_GENERATIONS.trl} so that more groups hold both outcomes",
+    (MORE_GENERATIONS,),
+)
+"""Both all-pass and all-fail groups, or a split the log does not give: what helps either way (the prompt fixes of
+the two causes are opposite, so neither is proposed without knowing which prompts are which)."""
 CANCEL_REMEDY = (
     "channels that cancel (two complementary checks summing to a constant): merge them into one graded reward or "
     "give them unequal weights"
@@ -73,9 +80,11 @@ class ZeroStdShare(ScalarDetector):
     Remedy
         All-fail: check the reward function on real completions, then easier prompts or a curriculum,
         partial credit, or a higher num_generations. All-pass: harder prompts, filter solved prompts
-        (dynamic sampling), or drop or down-weight the channel every completion passes. With the split
-        unknown, scan the completions (TRL's completions parquet) to tell which. Channels that cancel:
-        merge them into one graded reward or give them unequal weights.
+        (dynamic sampling), or drop or down-weight the channel every completion passes. Both at once, or
+        the split unknown: filter groups whose rewards are all equal (dynamic sampling) or raise
+        num_generations, never harder and easier prompts together; with the split unknown, scan the
+        completions (TRL's completions parquet) to tell which prompts are which. Channels that cancel: merge
+        them into one graded reward or give them unequal weights.
     """
 
     code = "CD504"
@@ -130,19 +139,20 @@ class ZeroStdShare(ScalarDetector):
             fail, ok = split
             evidence |= {"all_fail_share": fail, "all_pass_share": ok}
             message += f" All-fail: {pct(fail)}, all-pass: {pct(ok)}."
-            remedy = Remedy.join(
-                ALL_FAIL_REMEDY if fail >= 0.1 or fail >= ok else None,
-                ALL_PASS_REMEDY if ok >= 0.1 or ok > fail else None,
-            )
+            if fail >= 0.1 and ok >= 0.1:
+                remedy = Remedy.join(f"both all-fail ({pct(fail)}) and all-pass ({pct(ok)}) groups", MIXED_REMEDY)
+            else:
+                remedy = Remedy.join(ALL_FAIL_REMEDY if fail >= ok else ALL_PASS_REMEDY)
         else:
             several = len(ctx.scalars.channels) > 1
             causes = "all-pass or all-fail" + (", or channels that cancel in the sum" if several else "")
             message += f" The log does not say whether they are {causes} (the fixes differ): scan the completions."
             remedy = Remedy.join(
-                ALL_FAIL_REMEDY,
-                ALL_PASS_REMEDY,
+                MIXED_REMEDY,
                 CANCEL_REMEDY if several else None,
-                "scan the completions to tell which applies",
+                "scan the completions to tell all-pass from all-fail groups: their prompt fixes are opposite (a "
+                "learned prompt wants a harder one, a failed one an easier one or partial credit) and CD102 gives "
+                "the one that applies",
             )
         return [
             self.finding(

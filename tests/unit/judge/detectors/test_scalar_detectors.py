@@ -187,7 +187,10 @@ def test_trl_zero_std_share_under_grpo_says_the_split_is_unknown(tmp_path: Path)
     (found,) = of_code(scan(tmp_path), "CD504")
     assert found.severity == Severity.CRITICAL and found.evidence["reading"] == "groups"
     assert "does not say whether they are all-pass or all-fail, or channels that cancel" in found.message
-    assert "easier prompts" in found.remedy and "harder prompts" in found.remedy and "unequal weights" in found.remedy
+    # the split is unknown: what helps either way, never harder and easier prompts at once
+    assert "dynamic sampling" in found.remedy and "unequal weights" in found.remedy
+    assert "harder prompts" not in found.remedy and "easier prompts" not in found.remedy
+    assert [a.setting for a in found.actions] == ["num_generations"]
     assert found.gdpo_resolves is None and "GDPO" not in found.remedy
 
 
@@ -234,6 +237,15 @@ def test_nemo_rl_split_picks_the_remedy(fail: float, ok: float, fix: str, not_fi
     assert np.isclose(found.evidence["all_fail_share"], fail / 100, atol=0.02)
     assert np.isclose(found.evidence["all_pass_share"], ok / 100, atol=0.02)
     assert fix in found.remedy and not_fix not in found.remedy
+
+
+def test_nemo_rl_split_with_both_causes_asks_for_no_opposite_prompt_changes(tmp_path: Path) -> None:
+    """45% all-fail and 42% all-pass groups: harder prompts for the one and easier for the other would be opposite
+    changes at once; the remedy is what helps both (dynamic sampling, more generations)."""
+    write_events(tmp_path / "nemo", _nemo(45.0, 42.0))
+    (found,) = of_code(scan(tmp_path), "CD504")
+    assert "harder prompts" not in found.remedy and "easier prompts" not in found.remedy
+    assert "dynamic sampling" in found.remedy and [a.setting for a in found.actions] == ["num_generations"]
 
 
 def test_openrlhf_filtered_groups_are_a_warning_at_most(tmp_path: Path) -> None:
