@@ -83,7 +83,7 @@ def test_corpus_run_matches_manifest(run: str) -> None:
 
 
 def test_corpus_is_complete() -> None:
-    assert len(ENTRIES) == 50, f"manifest lists {len(ENTRIES)} runs"
+    assert len(ENTRIES) == 70, f"manifest lists {len(ENTRIES)} runs"
     missing = [run for run in ENTRIES if not (CORPUS / run / "completions").is_dir()]
     assert not missing, f"run directories without completions/: {missing}"
 
@@ -101,7 +101,10 @@ def _ideal_diagnosis(entry: dict[str, Any]) -> dict[str, Any]:
             "severity": item["min_severity"],
             "channels": list(item.get("channels") or []),
             "onset_step": 1,
+            "title": item.get("title_example", ""),
             "remedy": "",
+            "actions": list(item.get("actions_include") or []),
+            "evidence": {key: (low + high) / 2 for key, (low, high) in (item.get("evidence_ranges") or {}).items()},
             "gdpo_resolves": resolves.get(item["code"]),
         }
         for item in expected["expect"]
@@ -113,9 +116,21 @@ def _ideal_diagnosis(entry: dict[str, Any]) -> dict[str, Any]:
     }
     signal = {scoring.SIGNAL_KEYS[key][0]: value for key, value in budget.items()}
     weights = expected.get("weights_inferred") or {c: spec.get("weight", 1.0) for c, spec in entry["channels"].items()}
+    run: dict[str, Any] = {"weights": {c: 3.0 * w for c, w in weights.items()}, "signal": signal}
+    for fact in expected.get("run_expect") or []:  # the run facts, each as the scan would say it
+        *parents, name = fact["field"].split(".")
+        block = run
+        for parent in parents:
+            block = block.setdefault(parent, {})
+        if "equals" in fact:
+            block[name] = fact["equals"]
+        elif "contains" in fact:
+            block[name] = f"... {fact['contains']} ..."
+        elif "any_startswith" in fact:
+            block[name] = [f"{fact['any_startswith']} ..."]
     return {
         "verdict": expected["verdict"][0].lower().replace(" ", "_"),
-        "run": {"weights": {c: 3.0 * w for c, w in weights.items()}, "signal": signal},
+        "run": run,
         "channels": [{"channel": c, "state": s} for c, s in expected["channel_states"].items()],
         "findings": findings,
     }

@@ -406,13 +406,26 @@ def test_healthy_logs_give_no_health_finding_over_seeds(tmp_path: Path) -> None:
     assert noisy == {}
 
 
+def _corpus_runs(*, steps: int | None = None, scenario: str | None = None) -> list[str]:
+    """The corpus runs of the manifest with ``max_steps`` ``steps`` (the original 20-step scenarios) or of one
+    scenario."""
+    manifest = json.loads((ROOT / "tests" / "data" / "trl_corpus" / "manifest.json").read_text())
+    return [
+        e["run"]
+        for e in manifest["runs"]
+        if (steps is None or e["trl_config"]["max_steps"] == steps)
+        and (scenario is None or e["scenario"] == scenario)
+        and (steps is None or "mode-collapse" not in e["scenario"])
+    ]
+
+
 def test_the_trl_corpus_scalar_logs_raise_no_health_warning() -> None:
     """The corpus runs (TRL GRPOTrainer, 20 steps): one update per generation batch, so every clip share is exactly
     0; no eval set, so no held-out score; finite gradient norms of a tiny model at lr 1e-3 with max_grad_norm 1.
     Nothing of CD508-CD511 may fire at warning (CD511: the entropy barely moves, ~3.73 -> 3.72), and CD507 has fewer
     points than it needs."""
     corpus = ROOT / "tests" / "data" / "trl_corpus"
-    states = sorted(s for s in corpus.glob("*/checkpoint-*/trainer_state.json") if "mode-collapse" not in str(s))
+    states = sorted(s for run in _corpus_runs(steps=20) for s in (corpus / run).glob("checkpoint-*/trainer_state.json"))
     assert len(states) >= 40
     for state in states:
         diagnosis = scan(state)
@@ -426,7 +439,13 @@ def test_a_collapsed_policy_has_no_gradient() -> None:
     so the policy-gradient loss has gradient 0 and TRL logs grad_norm 0: CD509's vanishing case, critical, in every
     run whose collapse is complete by the end (measured there: identical groups 98-100% over the last third)."""
     corpus = ROOT / "tests" / "data" / "trl_corpus"
-    for state in sorted(corpus.glob("mode-collapse-*/checkpoint-*/trainer_state.json")):
+    states = sorted(
+        s
+        for run in _corpus_runs(scenario="mode-collapse")
+        for s in (corpus / run).glob("checkpoint-*/trainer_state.json")
+    )
+    assert len(states) == 4
+    for state in states:
         found = [f for f in scan(state).findings if f.code == "CD509"]
         assert found and found[0].evidence["kind"] == "vanishing", state.parent.parent.name
 
