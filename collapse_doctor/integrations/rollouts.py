@@ -345,5 +345,5 @@ def reduce_part(table: Any, path: Path) -> RunReduction:
     from collapse_doctor.engine.reduce import reduce_rollouts
     from collapse_doctor.io.rollouts.table_run import TableRun
 
-    reader = TableRun(table, label=path, sources=[path])
+    reader = TableRun(table, label=path, sources=[path], part_of_run=True)
     return reduction_of(reader, reduce_rollouts(reader, "cpu"), "cpu")

@@ -215,6 +215,9 @@ class ParquetRun:
     """
 
     check_rewards_first: bool = True
+    part_of_run: bool = False
+    """A part of a run (a part file the TRL callback writes): that some reward is finite is checked on the whole
+    run, not on each part (a judge may return None for every completion of a few steps)."""
 
     def __init__(
         self,
@@ -456,6 +459,8 @@ class ParquetRun:
 
     def _check_some_reward(self) -> None:
         """A run whose every reward is NaN has nothing to judge: an error, not a healthy verdict."""
+        if self.part_of_run:
+            return
         if all(self.notes.nan_rewards[r.channel] >= self.num_rows for r in self.columns.rewards):
             names = ", ".join(str(f) for f in self.files[:3]) + (" ..." if len(self.files) > 3 else "")
             columns = ", ".join(r.label for r in self.columns.rewards)

@@ -40,7 +40,9 @@ class TableRun(ParquetRun):
         group_size: int | None = None,
         weights: dict[str, float] | None = None,
         stored_weights: dict[str, float] | None = None,
+        part_of_run: bool = False,
     ) -> None:
+        self.part_of_run = part_of_run
         if table.num_rows == 0:
             raise InputError(f"{label}: the input has no rows", hint="point at a run that logged rollouts")
         if stored_weights:

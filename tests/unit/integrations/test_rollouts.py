@@ -124,3 +124,27 @@ def test_no_scalar_key_is_a_path_prefix_of_another(tmp_path: Path) -> None:
     m.record(record(1))
     keys = set(m.take_log_scalars())
     assert keys and not [k for k in keys for other in keys if other.startswith(k + "/")]
+
+
+def test_a_part_whose_rewards_are_all_none_keeps_the_monitor_on(tmp_path: Path) -> None:
+    """Steps 0-2 have no finite reward (a judge that returned None for every completion), steps 3-5 do: the first part
+    reduces to steps with no valid rows instead of failing (the check that some reward is finite belongs to the
+    whole run, as `scan` makes it), so the monitor stays on and its reduction covers all six steps; the scan of the
+    rollouts directory reads the same 12 valid rollouts."""
+    from collapse_doctor import diagnose
+    from collapse_doctor.core.options import ScanOptions
+
+    m = monitor(tmp_path, write_every=3)
+    for step in range(6):
+        r = record(step)
+        if step < 3:
+            r.rewards = torch.full_like(r.rewards, float("nan"))
+        m.record(r)
+        m.flush_if_full()
+    m.close()
+    assert m.enabled
+    merged = m.reduction()
+    assert merged is not None and merged.series.steps.tolist() == list(range(6))
+    assert merged.series["valid_rows"].tolist() == [0, 0, 0, 4, 4, 4]
+    scanned = diagnose([m.rollouts_dir], ScanOptions.of(device="cpu"))
+    assert scanned.run.steps == 6 and float(np.nansum(scanned.series["valid_rows"])) == 12
