@@ -13,6 +13,7 @@ from collapse_doctor.cli.common import EXIT_OK, DelayedProgress, color_for, err
 from collapse_doctor.cli.options import (
     DETECTORS,
     INPUT,
+    LENGTHS,
     SCALE,
     VERDICT,
     RelGainMarginOption,
@@ -24,7 +25,7 @@ from collapse_doctor.cli.options import (
 from collapse_doctor.core.options import ScanOptions
 
 
-@shared_options(INPUT, VERDICT, DETECTORS, SCALE)
+@shared_options(INPUT, LENGTHS, VERDICT, DETECTORS, SCALE)
 def compare(
     runs: Annotated[
         list[str],

@@ -43,6 +43,16 @@ GroupSizeOption = Annotated[
     int | None,
     typer.Option("--group-size", min=1, help="Rebuild groups as consecutive blocks of N rollouts per step."),
 ]
+MaxCompletionLengthOption = Annotated[
+    int | None,
+    typer.Option(
+        "--max-completion-length",
+        min=1,
+        metavar="TOKENS",
+        help="The run's generation length cap: rows whose completion_length (tokens) reaches it were cut"
+        " (without a truncated column).",
+    ),
+]
 WeightsOption = Annotated[
     str | None, typer.Option("--weights", help="Channel weights, e.g. format=1,correct=0.5 (default 1.0).")
 ]
@@ -90,9 +100,10 @@ RelGainMarginOption = Annotated[
     typer.Option("--rel-gain-margin", help="Gate: allowed drop of a channel's rel_gain now, relative (default 0.25)."),
 ]
 
-INPUT, VERDICT, DETECTORS, RUNS, SCALE = "input", "verdict", "detectors", "runs", "scale"
-"""The groups of shared options: how to read the run (and where), how to judge it, which detectors, which run,
-where to compute (Ray)."""
+INPUT, LENGTHS, VERDICT, DETECTORS, RUNS, SCALE = "input", "lengths", "verdict", "detectors", "runs", "scale"
+"""The groups of shared options: how to read the run (and where), what its completion lengths mean (the length
+cap: for the detectors, not for ``advantages``), how to judge it, which detectors, which run, where to compute
+(Ray)."""
 
 
 @dataclass(frozen=True)
@@ -118,6 +129,7 @@ SHARED_OPTIONS: tuple[SharedOption, ...] = (
     SharedOption("group_col", INPUT, GroupColOption),
     SharedOption("reward_cols", INPUT, RewardColsOption),
     SharedOption("group_size", INPUT, GroupSizeOption),
+    SharedOption("max_completion_length", LENGTHS, MaxCompletionLengthOption),
     SharedOption("run_name", RUNS, RunOption),
 )
 """Every shared option, declared once, in the order ``--help`` lists them."""

@@ -8,11 +8,20 @@ from typing import Annotated
 import typer
 
 from collapse_doctor.cli.common import err, scan_and_write
-from collapse_doctor.cli.options import DETECTORS, INPUT, RUNS, SCALE, VERDICT, RunPathsArgument, shared_options
+from collapse_doctor.cli.options import (
+    DETECTORS,
+    INPUT,
+    LENGTHS,
+    RUNS,
+    SCALE,
+    VERDICT,
+    RunPathsArgument,
+    shared_options,
+)
 from collapse_doctor.core.options import ScanOptions
 
 
-@shared_options(INPUT, VERDICT, DETECTORS, RUNS, SCALE)
+@shared_options(INPUT, LENGTHS, VERDICT, DETECTORS, RUNS, SCALE)
 def report(
     paths: RunPathsArgument,
     html_out: Annotated[Path, typer.Option("--html", help="Write the self-contained HTML report to this file.")],

@@ -13,6 +13,7 @@ from collapse_doctor.cli.common import EXIT_OK, color, color_for, err, scan_and_
 from collapse_doctor.cli.options import (
     DETECTORS,
     INPUT,
+    LENGTHS,
     RUNS,
     SCALE,
     VERDICT,
@@ -31,7 +32,7 @@ if TYPE_CHECKING:
     from collapse_doctor.report.outputs import OutputRequest
 
 
-@shared_options(INPUT, VERDICT, DETECTORS, RUNS, SCALE)
+@shared_options(INPUT, LENGTHS, VERDICT, DETECTORS, RUNS, SCALE)
 def scan(
     paths: RunPathsArgument,
     json_out: Annotated[Path | None, typer.Option("--json", help="Write the diagnosis as JSON to this file.")] = None,

@@ -8,11 +8,11 @@ from typing import Annotated
 import typer
 
 from collapse_doctor.cli.common import EXIT_FINDINGS, EXIT_OK, Terminated, err
-from collapse_doctor.cli.options import DETECTORS, INPUT, RUNS, shared_options
+from collapse_doctor.cli.options import DETECTORS, INPUT, LENGTHS, RUNS, shared_options
 from collapse_doctor.core.options import ScanOptions
 
 
-@shared_options(INPUT, DETECTORS, RUNS)
+@shared_options(INPUT, LENGTHS, DETECTORS, RUNS)
 def watch(
     paths: Annotated[list[str], typer.Argument(help="Log or rollout directory (or files) of a run being trained.")],
     interval: Annotated[float, typer.Option("--interval", help="Seconds between polls (> 0).")] = 30.0,

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from collapse_doctor.core.schema import RolloutBatch
+from collapse_doctor.core.series import CUT_BY_FLAG
 
 CHUNK_ROWS = 1 << 20
 
@@ -43,6 +44,8 @@ class StackedChunk:
     """``[N]`` float64 completion length (tokens, else characters; NaN where unknown); None when unknown."""
     completion_cut: np.ndarray | None = None
     """``[N]`` float64 1.0 cut at the length cap, 0.0 ended on its own, NaN unknown; None without a flag."""
+    completion_cut_rule: float = CUT_BY_FLAG
+    """How :attr:`completion_cut` was told (``cut_rule`` values of :mod:`collapse_doctor.core.series`)."""
 
     def tensors(self, channels: Sequence[str], weights: Mapping[str, float], device: str):  # type: ignore[no-untyped-def]
         """(rewards, group_index, step_index, weights, logged) as torch tensors on ``device``."""
@@ -86,6 +89,7 @@ def stack_chunk(chunk: list[RolloutBatch]) -> StackedChunk:
         completion_codes=_stacked_codes(chunk),
         completion_lengths=_stacked_floats([b.completion_lengths for b in chunk], sizes),
         completion_cut=_stacked_floats([b.completion_cut for b in chunk], sizes),
+        completion_cut_rule=chunk[0].completion_cut_rule,  # one reader, one rule for every step
     )
 
 

@@ -24,6 +24,14 @@ class ReadOptions:
     reward_cols: tuple[str, ...] | None = None
     group_size: int | None = None
     weights: Mapping[str, float] | None = None
+    max_completion_length: int | None = None
+    """The generation length cap in tokens: without a ``truncated`` column, rows whose ``completion_length``
+    reaches it were cut (set on the opened reader, not a reader keyword)."""
+
+    def __post_init__(self) -> None:
+        cap = self.max_completion_length
+        if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap < 1):
+            raise UsageError(f"--max-completion-length {cap!r} must be a whole number of tokens >= 1")
 
     @classmethod
     def of(
@@ -34,6 +42,7 @@ class ReadOptions:
         reward_cols: Sequence[str] | None = None,
         group_size: int | None = None,
         weights: Mapping[str, float] | None = None,
+        max_completion_length: int | None = None,
     ) -> ReadOptions:
         """Read options from keywords (``reward_cols`` any sequence).
 
@@ -41,7 +50,14 @@ class ReadOptions:
         ('a', 'b')
         """
         columns = tuple(reward_cols) if reward_cols is not None else None
-        return cls(step_col=step_col, group_col=group_col, reward_cols=columns, group_size=group_size, weights=weights)
+        return cls(
+            step_col=step_col,
+            group_col=group_col,
+            reward_cols=columns,
+            group_size=group_size,
+            weights=weights,
+            max_completion_length=max_completion_length,
+        )
 
     def reader_kwargs(self) -> dict[str, Any]:
         """Keyword arguments every rollout reader takes (``step_col``, ..., ``weights``)."""
@@ -92,6 +108,7 @@ class ScanOptions:
         group_col: str | None = None,
         reward_cols: Sequence[str] | None = None,
         group_size: int | None = None,
+        max_completion_length: int | None = None,
         **scan: Any,
     ) -> ScanOptions:
         """Options from flat keywords, as a Python caller writes them: ``ScanOptions.of(device="cpu", weights=...)``.
@@ -100,7 +117,12 @@ class ScanOptions:
         8
         """
         read = ReadOptions.of(
-            step_col=step_col, group_col=group_col, reward_cols=reward_cols, group_size=group_size, weights=weights
+            step_col=step_col,
+            group_col=group_col,
+            reward_cols=reward_cols,
+            group_size=group_size,
+            weights=weights,
+            max_completion_length=max_completion_length,
         )
         for key in ("only", "ignore"):
             if scan.get(key) is not None:

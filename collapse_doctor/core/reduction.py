@@ -42,6 +42,8 @@ class IngestNotes:
     later_reward_columns: dict[str, int] = field(default_factory=dict)
     """Reward-like columns the first file lacks, with how many later files have them (not read)."""
     files: int = 0
+    length_cap_unused: str | None = None
+    """Why ``--max-completion-length`` told no cut (a ``truncated`` column does, or the lengths are not tokens)."""
     identical_files: list[tuple[str, str]] = field(default_factory=list)
     """Input pairs with the same size and Parquet footer: most likely one file copied under two names."""
 
@@ -52,6 +54,7 @@ class IngestNotes:
             nan_rewards=Counter(self.nan_rewards),
             group_sizes=Counter(self.group_sizes),
             group_column_ignored=self.group_column_ignored or other.group_column_ignored,
+            length_cap_unused=self.length_cap_unused or other.length_cap_unused,
             later_reward_columns=dict(self.later_reward_columns),
             files=self.files + other.files,
             identical_files=[*self.identical_files, *other.identical_files],
@@ -81,6 +84,8 @@ class IngestNotes:
                 f"--group-size overrides the {self.group_column_ignored!r} column: groups are consecutive blocks of "
                 f"rows (pass --group-col {self.group_column_ignored} to use the column)"
             )
+        if self.length_cap_unused:
+            out.append(f"--max-completion-length is not used: {self.length_cap_unused}")
         for column, count in sorted(self.later_reward_columns.items()):
             out.append(
                 f"{column!r} is in {count} of {self.files} files but not in the first one: not read (scan those "

@@ -29,6 +29,7 @@ import numpy as np
 import pyarrow as pa
 
 from collapse_doctor.core.errors import SchemaError, UsageError
+from collapse_doctor.core.series import CUT_AT_CAP, CUT_BY_FLAG
 
 STEP = "step"
 GROUP_ID = "group_id"
@@ -86,6 +87,20 @@ class ColumnMap:
     completion_length: str | None = None
     truncated: str | None = None
     group_size: int | None = None
+    length_cap: int | None = None
+    """The generation length cap in tokens (``--max-completion-length``): without a ``truncated`` column, a row whose
+    ``completion_length`` reaches it was cut."""
+
+    @property
+    def cut_rule(self) -> float | None:
+        """How the rows' cut flags are told (:data:`~collapse_doctor.core.series.CUT_BY_FLAG` from the ``truncated``
+        column, :data:`~collapse_doctor.core.series.CUT_AT_CAP` from the token lengths and the cap); None: they are
+        not (the engine may still take each step's longest rows, :data:`CUT_AT_STEP_MAX`)."""
+        if self.truncated:
+            return CUT_BY_FLAG
+        if self.completion_length and self.length_cap:
+            return CUT_AT_CAP
+        return None
 
     @property
     def channels(self) -> tuple[str, ...]:
@@ -413,7 +428,10 @@ class RolloutBatch:
     text's length in characters; NaN where unknown. None when the input has neither."""
     completion_cut: np.ndarray | None = None
     """``[N]`` float64 1.0 where the completion was cut at the length cap, 0.0 where it ended on its own, NaN where
-    unknown: the ``truncated`` column. None without one."""
+    unknown: the ``truncated`` column, else the token lengths against ``--max-completion-length``. None without
+    either."""
+    completion_cut_rule: float = CUT_BY_FLAG
+    """How :attr:`completion_cut` was told (``cut_rule`` values of :mod:`collapse_doctor.core.series`)."""
 
     @property
     def num_rows(self) -> int:

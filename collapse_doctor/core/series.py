@@ -29,10 +29,11 @@ Shape = Literal["run", "channel", "pair"]
 and channel pair ``[S, P]`` (pairs in :func:`channel_pairs` order)."""
 
 
-CUT_BY_FLAG, CUT_AT_STEP_MAX = 1.0, 0.0
-"""``cut_rule`` values: the rows' ``truncated`` flag said which completions were cut at the length cap; or, without a
-flag, the rows of the step's largest completion length stand for the cut ones (a guess the judge keeps only where
-it matches the truncated share the trainer logged)."""
+CUT_BY_FLAG, CUT_AT_STEP_MAX, CUT_AT_CAP = 1.0, 0.0, 2.0
+"""``cut_rule`` values: the rows' ``truncated`` flag said which completions were cut at the length cap; the rows'
+``completion_length`` (tokens) reached the cap the user gave (``--max-completion-length``); or, with neither, the rows
+of the step's largest completion length stand for the cut ones (a guess the judge keeps only where it matches the
+truncated share the trainer logged)."""
 
 
 @dataclass(frozen=True)

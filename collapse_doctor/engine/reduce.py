@@ -232,7 +232,9 @@ def engine_chunk(
     from collapse_doctor.engine.stats import CompletionRows, DenseChunk, dense_layout
 
     num_steps = len(stacked.steps)
-    completions = CompletionRows.of(stacked.completion_codes, stacked.completion_lengths, stacked.completion_cut)
+    completions = CompletionRows.of(
+        stacked.completion_codes, stacked.completion_lengths, stacked.completion_cut, stacked.completion_cut_rule
+    )
     if device == "cpu":
         g = dense_layout(stacked.rewards, stacked.group_index, stacked.num_groups, stacked.step_index, num_steps)
         if g is not None:

@@ -26,7 +26,8 @@ def open_rollouts(
     (``iter_steps()``, ``iter_chunks()``, ``channels``, ``weights``, ``dynamic_weight_channels``, ...), or
     ``None`` when the run has no rollouts.
 
-    ``read`` maps the user's table onto the canonical one (default: nothing to map).
+    ``read`` maps the user's table onto the canonical one (default: nothing to map) and may give the generation
+    length cap (``max_completion_length``: rows whose token length reaches it were cut).
     ``check_rewards_first=False`` lets a canonical Parquet run check its rewards while it streams them (see
     :class:`~collapse_doctor.io.rollouts.parquet.ParquetRun`); the other layouts are read whole and checked when opened.
     """
@@ -34,7 +35,11 @@ def open_rollouts(
         return None
     opener = FORMATS[run.rollout_kind].open
     assert opener is not None  # every rollout format opens
-    return opener(run.rollout_files, read or ReadOptions(), check_rewards_first)
+    read = read or ReadOptions()
+    reader = opener(run.rollout_files, read, check_rewards_first)
+    if read.max_completion_length is not None:
+        reader.set_length_cap(read.max_completion_length)
+    return reader
 
 
 def read_scalar_log(run: RunInputs, cache: ScalarCache | None = None) -> ScalarSeries | None:

@@ -69,10 +69,10 @@ def test_several_runs_in_every_format_that_holds_them(logs: Path, tmp_path: Path
 # -- options declared once ---------------------------------------------------------------------------------
 GROUPS = {
     "advantages": {cli.INPUT, cli.SCALE},
-    "scan": {cli.INPUT, cli.VERDICT, cli.DETECTORS, cli.RUNS, cli.SCALE},
-    "report": {cli.INPUT, cli.VERDICT, cli.DETECTORS, cli.RUNS, cli.SCALE},
-    "compare": {cli.INPUT, cli.VERDICT, cli.DETECTORS, cli.SCALE},
-    "watch": {cli.INPUT, cli.DETECTORS, cli.RUNS},
+    "scan": {cli.INPUT, cli.LENGTHS, cli.VERDICT, cli.DETECTORS, cli.RUNS, cli.SCALE},
+    "report": {cli.INPUT, cli.LENGTHS, cli.VERDICT, cli.DETECTORS, cli.RUNS, cli.SCALE},
+    "compare": {cli.INPUT, cli.LENGTHS, cli.VERDICT, cli.DETECTORS, cli.SCALE},
+    "watch": {cli.INPUT, cli.LENGTHS, cli.DETECTORS, cli.RUNS},
 }
 
 

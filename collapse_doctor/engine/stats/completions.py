@@ -30,7 +30,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from collapse_doctor.core.series import CUT_AT_STEP_MAX, CUT_BY_FLAG
+from collapse_doctor.core.series import CUT_AT_STEP_MAX
 from collapse_doctor.engine.stats.chunk import GeneralChunk
 from collapse_doctor.engine.stats.dense import CompletionRows, DenseChunk, ratio
 from collapse_doctor.engine.stats.kernels import to_host
@@ -155,8 +155,8 @@ def cut_of(
     rows: CompletionRows | None, valid: np.ndarray, step: np.ndarray, longest: np.ndarray | None
 ) -> tuple[np.ndarray, float] | None:
     """``[N]`` 1.0 for a row cut at the length cap, 0.0 for one that ended on its own, NaN unknown, and the rule
-    that said so (:data:`CUT_BY_FLAG`, :data:`CUT_AT_STEP_MAX`: a row at its step's ``longest`` length); None
-    where neither a flag nor lengths are known.
+    that said so (the rows' own: ``CUT_BY_FLAG`` or ``CUT_AT_CAP``; else :data:`CUT_AT_STEP_MAX`, a row at its
+    step's ``longest`` length); None where neither cut flags nor lengths are known.
 
     >>> rows = CompletionRows.of(None, np.array([3.0, 5.0, 5.0, 2.0]))
     >>> cut, rule = cut_of(rows, np.ones(4, bool), np.array([0, 0, 0, 1]), np.array([5.0, 2.0]))
@@ -166,7 +166,7 @@ def cut_of(
     if rows is None:
         return None
     if rows.cut is not None:
-        return np.where(valid, rows.cut, np.nan), CUT_BY_FLAG
+        return np.where(valid, rows.cut, np.nan), rows.cut_rule
     if rows.lengths is None or longest is None:
         return None
     known = valid & np.isfinite(rows.lengths)

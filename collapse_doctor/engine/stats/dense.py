@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from collapse_doctor.core.series import CUT_BY_FLAG
 from collapse_doctor.engine.advantages import STD_EPS
 from collapse_doctor.engine.stats.kernels import HASH_MIX, to_host
 
@@ -65,16 +66,22 @@ class CompletionRows:
     ``codes`` ``[N]`` int64: equal codes, equal completion text (comparable within a step; -1, a null text, is a
     value of its own), None without completion text; ``lengths`` ``[N]`` float64: tokens, else characters, NaN
     where unknown, None without lengths; ``cut`` ``[N]`` float64: 1.0 cut at the length cap, 0.0 ended on its own,
-    NaN unknown, None without a ``truncated`` flag.
+    NaN unknown, None without a ``truncated`` flag or a length cap; ``cut_rule`` how ``cut`` was told (``cut_rule``
+    values of :mod:`collapse_doctor.core.series`).
     """
 
     codes: np.ndarray | None = None
     lengths: np.ndarray | None = None
     cut: np.ndarray | None = None
+    cut_rule: float = CUT_BY_FLAG
 
     @classmethod
     def of(
-        cls, codes: np.ndarray | None, lengths: np.ndarray | None, cut: np.ndarray | None = None
+        cls,
+        codes: np.ndarray | None,
+        lengths: np.ndarray | None,
+        cut: np.ndarray | None = None,
+        cut_rule: float = CUT_BY_FLAG,
     ) -> CompletionRows | None:
         """The rows' completions, or None when nothing is known of them."""
         if codes is None and lengths is None and cut is None:
@@ -83,6 +90,7 @@ class CompletionRows:
             None if codes is None else np.asarray(codes, dtype=np.int64),
             None if lengths is None else np.asarray(lengths, dtype=np.float64),
             None if cut is None else np.asarray(cut, dtype=np.float64),
+            cut_rule,
         )
 
 

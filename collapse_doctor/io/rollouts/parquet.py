@@ -19,6 +19,7 @@ import copy
 import json
 from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,7 @@ from collapse_doctor.core.batching import StackedChunk, chunk_steps, stack_chunk
 from collapse_doctor.core.errors import InputError, SchemaError
 from collapse_doctor.core.reduction import IngestNotes
 from collapse_doctor.core.schema import (
+    COMPLETION_LENGTH,
     GROUND_TRUTH_METADATA_KEY,
     GROUP_ID,
     ColumnMap,
@@ -43,6 +45,7 @@ from collapse_doctor.core.schema import (
     resolve_weights,
     unified_types,
 )
+from collapse_doctor.core.series import CUT_BY_FLAG
 from collapse_doctor.io.storage.paths import expand_paths
 from collapse_doctor.io.storage.remote import RemotePath
 
@@ -319,6 +322,19 @@ class ParquetRun:
                 if step is not None and value is not None:
                     labels.setdefault(int(step), value)
         return labels
+
+    def set_length_cap(self, tokens: int) -> None:
+        """Tell the cut completions by the generation length cap (``--max-completion-length``): a row whose
+        ``completion_length`` (tokens) reaches ``tokens`` was cut. A ``truncated`` column wins (it is the trainer's
+        own word), and text lengths, in characters, are not compared with a cap in tokens: either case is a
+        warning, not an error, so a sweep of runs of both kinds still scans."""
+        if self.columns.truncated:
+            self.notes.length_cap_unused = f"the rollouts' {self.columns.truncated!r} column says which were cut"
+        elif not self.columns.completion_length:
+            self.notes.length_cap_unused = (
+                f"the rollouts have no {COMPLETION_LENGTH!r} column in tokens (a text's length is in characters)"
+            )
+        self.columns = replace(self.columns, length_cap=int(tokens))
 
     # --- shards: pass 2 over a range of whole steps, in another process -------------------------------------
 
@@ -616,6 +632,7 @@ class ParquetRun:
             completion_codes=codes,
             completion_lengths=lengths,
             completion_cut=cut,
+            completion_cut_rule=cols.cut_rule or CUT_BY_FLAG,
         )
 
     def _assemble(self, step: int, parts: list[tuple[np.ndarray, pa.RecordBatch]], path: Path) -> RolloutBatch:
@@ -647,6 +664,7 @@ class ParquetRun:
             completion_codes=codes,
             completion_lengths=lengths,
             completion_cut=cut_flags(table, cols),
+            completion_cut_rule=cols.cut_rule or CUT_BY_FLAG,
         )
 
     def _count_repeats(
@@ -748,18 +766,25 @@ def completion_rows(table: pa.Table, cols: ColumnMap) -> tuple[np.ndarray | None
 
 
 def cut_flags(table: pa.Table, cols: ColumnMap) -> np.ndarray | None:
-    """Per row, 1.0 where the ``truncated`` column says the completion was cut at the length cap, 0.0 where it
-    ended on its own, NaN where it is null; None without the column.
+    """Per row, 1.0 where the completion was cut at the length cap, 0.0 where it ended on its own, NaN where that
+    is unknown (a null); by the ``truncated`` column, else (``cols.length_cap``) by whether the ``completion_length``
+    in tokens reached the cap; None with neither (:attr:`ColumnMap.cut_rule`).
 
     >>> cols = ColumnMap("s", None, (), truncated="truncated")
     >>> cut_flags(pa.table({"truncated": [True, False, None]}), cols).tolist()
     [1.0, 0.0, nan]
+    >>> cols = ColumnMap("s", None, (), completion_length="n", length_cap=8)
+    >>> cut_flags(pa.table({"n": [8, 3, None]}), cols).tolist()
+    [1.0, 0.0, nan]
     """
-    if not cols.truncated:
+    if cols.truncated:
+        values = _as_float64(pc.cast(table.column(cols.truncated).combine_chunks(), pa.float64()))
+        return np.where(np.isfinite(values), (values != 0).astype(np.float64), np.nan)
+    if cols.cut_rule is None:
         return None
-    column = table.column(cols.truncated).combine_chunks()
-    values = _as_float64(pc.cast(column, pa.float64()))
-    return np.where(np.isfinite(values), (values != 0).astype(np.float64), np.nan)
+    assert cols.completion_length is not None and cols.length_cap is not None
+    lengths = _as_float64(table.column(cols.completion_length).combine_chunks())
+    return np.where(np.isfinite(lengths), (lengths >= cols.length_cap).astype(np.float64), np.nan)
 
 
 def _is_text(dtype: pa.DataType) -> bool:

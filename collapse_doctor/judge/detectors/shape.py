@@ -47,7 +47,10 @@ class AdvantageShape(Detector):
         the mean of distinct values per completion over such groups must reach `min_distinct_ratio`.
         That separates few-valued rewards at n >= 3 (a binary channel gives 2 values per group, a
         ratio of 2/n <= 0.67; over the step 2(n-1) values, bimodal by construction) from rewards that
-        rank every completion; at n = 2 the ratio is 1 by construction, hence test (1).
+        rank every completion; at n = 2 the ratio is 1 by construction, hence test (1). A reward that ranks
+        the completions of every group alike (each group a permutation of the same n levels) passes both, but
+        its batch is an evenly spaced lattice of n values, whose bimodality coefficient is at most 2/3 (n = 3)
+        and whose excess kurtosis is negative: neither shape fires on it.
 
     Why it matters
         In an outlier-dominated group one completion takes almost all of the group's advantage and

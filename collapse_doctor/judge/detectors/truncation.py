@@ -19,7 +19,7 @@ from collapse_doctor.core import scalars as S
 from collapse_doctor.core.findings import ChangeSetting, Remedy
 from collapse_doctor.core.numbers import pct
 from collapse_doctor.core.schema import TRUNCATED
-from collapse_doctor.core.series import CUT_AT_STEP_MAX, CUT_BY_FLAG, RunSeries
+from collapse_doctor.core.series import CUT_AT_CAP, CUT_AT_STEP_MAX, CUT_BY_FLAG, RunSeries
 from collapse_doctor.core.smoothing import rolling
 from collapse_doctor.judge.detectors.base import (
     DetectionContext,
@@ -70,25 +70,27 @@ class LengthCapTruncation(Detector):
     """Most completions are cut at the length cap and a reward channel moves with the cut.
 
     What it detects
-        The share of completions that ended without EOS because they reached the generation budget, averaged
-        over twice the persistence window, staying above `warn_share`. The share comes from the scalar log
-        (TRL `completions/clipped_ratio`, verl `response_length/clip_ratio`, OpenRLHF `rollout/truncated_rate`,
-        NeMo-RL `truncation_rate`) or, without one, from the rollouts' `truncated` column (the TRL callback
-        writes it). Whether the cut changes a reward is read inside the groups: over the groups that hold both
-        cut and finished completions (finished ones at least half as long as the step's longest, so a reward
-        that needs a few characters does not pass for one that pays for the cap), the mean difference of each
-        channel between its cut and its finished completions. A channel whose difference is at least three
-        standard errors and `cut_effect` of its range, on at least `min_length_groups` such groups, pays for
-        the cut (warning: a length-type reward) or loses by it (warning: the cut removes what it checks); when
-        every channel was judged and none differs, the cut changes no reward (info). The cut completions are
-        the rows the `truncated` flag names; without one, the rows at their step's largest length, used only
-        where their share matches the logged truncated share within `share_match` at most steps (then the
-        largest length is the cap). Without rollout evidence, a channel whose logged per-step mean follows the
-        truncated share (|correlation| of at least `channel_corr` over at least `min_points` steps) and, where
-        the rollouts carry lengths, correlates with the completion length inside groups (`within_corr`, on
-        `min_length_groups` groups whose lengths vary) is the evidence; a truncated share at or above
-        `all_share` (practically every completion cut) fires without a channel. A trend the channel shares with
-        the truncated share over the run is not evidence, and a group of identical completions gives none.
+        The share of completions that ended without EOS because they reached the generation budget, averaged over
+        twice the persistence window, staying above `warn_share`. The share comes from the scalar log (TRL
+        `completions/clipped_ratio`, verl `response_length/clip_ratio`, OpenRLHF `rollout/truncated_rate`, NeMo-RL
+        `truncation_rate`) or, without one, from the rollouts' `truncated` column (the TRL callback writes it) or,
+        without that, from their `completion_length` in tokens against the cap the user gives
+        (`--max-completion-length`). Whether the cut changes a reward is read inside the groups: over the groups
+        that hold both cut and finished completions (finished ones at least half as long as the step's longest, so a
+        reward that needs a few characters does not pass for one that pays for the cap), the mean difference of each
+        channel between its cut and its finished completions. A channel whose difference is at least three standard
+        errors and `cut_effect` of its range, on at least `min_length_groups` such groups, pays for the cut
+        (warning: a length-type reward) or loses by it (warning: the cut removes what it checks); when every channel
+        was judged and none differs, the cut changes no reward (info). The cut completions are the rows the
+        `truncated` flag names (or whose token length reaches `--max-completion-length`); without either, the rows
+        at their step's largest length, used only where their share matches the logged truncated share within
+        `share_match` at most steps (then the largest length is the cap). Without rollout evidence, a channel whose
+        logged per-step mean follows the truncated share (|correlation| of at least `channel_corr` over at least
+        `min_points` steps) and, where the rollouts carry lengths, correlates with the completion length inside
+        groups (`within_corr`, on `min_length_groups` groups whose lengths vary) is the evidence; a truncated share
+        at or above `all_share` (practically every completion cut) fires without a channel. A trend the channel
+        shares with the truncated share over the run is not evidence, and a group of identical completions gives
+        none.
 
     Why it matters
         A channel that rises with the truncated share pays for hitting the cap: a length-type reward
@@ -133,8 +135,8 @@ class LengthCapTruncation(Detector):
         found = _truncated_share(ctx)
         if found is None:
             raise NotEnoughData(
-                "needs the truncated share: a scalar log with the trainer's clipped ratio, or rollouts with a "
-                "`truncated` column"
+                "needs the truncated share: the trainer's clipped ratio in a scalar log, a `truncated` column, or "
+                "--max-completion-length with a `completion_length` column"
             )
         steps, values, tag, label = found
         minimum = int(ctx.threshold(self.code, "min_points"))
@@ -281,13 +283,24 @@ def _names(channels: list[str], rho: Mapping[str, float]) -> str:
 
 
 FLAG_SOURCE = "the rollouts' `truncated` flag"
+TOLD = {
+    CUT_BY_FLAG: FLAG_SOURCE,
+    CUT_AT_CAP: "the rollouts' `completion_length` reaching --max-completion-length",
+}
+"""The rules by which the rows themselves say which completions were cut, and those words for a message."""
 
 
-def _cut_share(series: RunSeries, rule: float) -> np.ndarray:
-    """``[S]`` cut rows over rows whose cut is known, at the steps whose cut rows were told by ``rule`` (NaN
-    elsewhere)."""
-    known = np.where(series["cut_rule"] == rule, series["cut_known_rows"], 0.0)
+def _cut_share(series: RunSeries, *rules: float) -> np.ndarray:
+    """``[S]`` cut rows over rows whose cut is known, at the steps whose cut rows were told by one of ``rules``
+    (NaN elsewhere)."""
+    known = np.where(np.isin(series["cut_rule"], rules), series["cut_known_rows"], 0.0)
     return np.where(known > 0, series["cut_rows"] / np.maximum(known, 1.0), np.nan)
+
+
+def _told_by(series: RunSeries, steps: np.ndarray) -> str:
+    """The words for how the rows of ``steps`` (a mask) said which were cut: the rule of most of them."""
+    rules = series["cut_rule"][steps]
+    return TOLD[max(TOLD, key=lambda rule: int(np.sum(rules == rule)))]
 
 
 def _truncated_share(ctx: DetectionContext) -> tuple[np.ndarray, np.ndarray, str, str] | None:
@@ -301,10 +314,11 @@ def _truncated_share(ctx: DetectionContext) -> tuple[np.ndarray, np.ndarray, str
     series = ctx.series
     if series.num_steps == 0 or "cut_rule" not in series:
         return None
-    share = _cut_share(series, CUT_BY_FLAG)
-    if not np.isfinite(share).any():
+    share = _cut_share(series, *TOLD)
+    told = np.isfinite(share)
+    if not told.any():
         return None
-    return series.steps, share, TRUNCATED, FLAG_SOURCE
+    return series.steps, share, TRUNCATED, _told_by(series, told)
 
 
 @dataclass(frozen=True)
@@ -329,9 +343,8 @@ class _CutEvidence:
         if series.num_steps == 0 or "cut_rule" not in series:
             return None
         rows = (series.steps >= first) & (series.steps <= last)
-        rule = series["cut_rule"]
-        usable = rows & (rule == CUT_BY_FLAG)
-        source = FLAG_SOURCE
+        usable = rows & np.isin(series["cut_rule"], tuple(TOLD))
+        source = _told_by(series, usable)
         if not usable.any():
             usable = rows & _longest_rows_match_the_log(ctx, code)
             source = "the rollouts' longest completions of each step, which match the logged truncated share"

@@ -198,5 +198,7 @@ def test_cd202_is_skipped_without_logged_advantages(tmp_path: Path) -> None:
     assert rollout_codes.pop("CD105").endswith(
         "the rollouts carry no completion text (log completions to check for mode collapse)"
     )
-    assert rollout_codes.pop("CD104").endswith("rollouts with a `truncated` column")  # no scalar log, no flag
+    assert rollout_codes.pop("CD104").endswith(
+        "--max-completion-length with a `completion_length` column"
+    )  # no scalar log, no flag
     assert rollout_codes == {"CD202": "needs a logged 'advantage' column"}

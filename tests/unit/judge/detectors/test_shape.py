@@ -125,3 +125,43 @@ def test_outlier_groups_scenario_still_fires(tmp_path: Path) -> None:
     )
     titles = [f.title for f in diagnosis.findings if f.code == "CD201"]
     assert "outlier completions dominate their groups" in titles
+
+
+def _few_levels_run(path: Path, size: int, rewards: str) -> Path:
+    rng = np.random.default_rng(size)
+    step, group = runs._frame(60, 32, size)
+    n = len(step)
+    columns: dict[str, np.ndarray] = {"step": step, "group_id": group}
+    if rewards == "three levels":
+        columns["reward/a"] = rng.integers(0, 3, n) / 2
+    elif rewards == "two binaries":
+        columns["reward/a"] = (rng.random(n) < 0.5).astype(np.float64)
+        columns["reward/b"] = (rng.random(n) < 0.3).astype(np.float64)
+    else:  # a ranking: every group holds 0..size-1 in some order
+        columns["reward/a"] = np.concatenate([rng.permutation(size) for _ in range(n // size)]).astype(np.float64)
+    return runs.write(path, columns)
+
+
+@pytest.mark.parametrize("size", [3, 4, 8])
+@pytest.mark.parametrize("rewards", ["three levels", "two binaries", "a ranking"])
+@pytest.mark.parametrize("algo", ["grpo", "gdpo"])
+def test_few_reward_levels_at_group_sizes_above_two_have_no_shape_finding(
+    tmp_path: Path, size: int, rewards: str, algo: str
+) -> None:
+    """At n >= 3 the layout forces no fixed lattice, but few reward levels force few advantage values. Expected from
+    the math, for every case: no bimodality and no heavy tails.
+
+    - Three levels or two binaries (totals 0, 1, 2): a group holds at most 3 distinct totals, so at most 3 distinct
+      advantages. At n >= 4 its distinct-value ratio is at most 3/4 < `min_distinct_ratio` (0.9); at n = 3 a group
+      is all distinct only when its three totals differ (3!/27 = 0.22 of groups for three equal levels; for the
+      binaries, P(total 0, 1, 2) = 0.35, 0.5, 0.15 and 3! x 0.35 x 0.5 x 0.15 = 0.16), and the others give 2/3,
+      so the mean ratio over groups with signal is near 0.75: never judged.
+    - A ranking (every group a permutation of 0..n-1): every completion has its own advantage (ratio 1), but every
+      group has the same n values, evenly spaced: the batch is a uniform n-point lattice, whose bimodality
+      coefficient 1 / (excess kurtosis + 3) is 2/3 at n = 3 and falls towards 5/9 as n grows, under the 0.7 cut,
+      and whose excess kurtosis is negative: no finding, although the support is only n values.
+    """
+    path = _few_levels_run(tmp_path / "levels.parquet", size, rewards)
+    diagnosis = diagnose([path], ScanOptions.of(device="cpu", algo=algo, only=("CD201",)))
+    assert [f.title for f in diagnosis.findings] == []
+    assert "CD201" not in diagnosis.skipped
