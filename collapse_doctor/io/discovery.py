@@ -7,13 +7,14 @@ tracker's database is an error naming it).
 
 Files of one kind are grouped by their format's root (their directory, or the parent of ``completions/`` or
 ``checkpoint-N/``). Canonical Parquet files found in a directory are split into runs by
-:mod:`collapse_doctor.io.rollouts.parquet_parts` (sibling runs apart, the part files of one run together); those named
-explicitly are one run. Each set of rollouts in a named directory owns the highest directory (up to the one
+:mod:`collapse_doctor.io.rollouts.parquet_parts` (sibling runs apart, the part files of one run together); those
+named explicitly are one run. Each set of rollouts in a named directory owns the highest directory (up to the one
 named) that holds no other set of rollouts, and every scalar log in it belongs to that run: a TRL output dir
 (``completions/`` + ``runs/<date>/events...`` + ``checkpoint-N/trainer_state.json``, or several event dirs of one
-training run) is one run, alone or beside other runs. The other sets are handled in the formats' discovery
-rank, and a set joins the one run whose root is nested with its own; event files in sibling directories are
-separate runs, as TensorBoard shows them.
+training run) is one run, alone or beside other runs; with TRL's ``completions/`` and the callback's ``rollouts/``
+both in it, the callback's are read and TRL's set aside (:func:`_one_rollout_source`). The other sets are handled in
+the formats' discovery rank, and a set joins the one run whose root is nested with its own; event files in sibling
+directories are separate runs, as TensorBoard shows them.
 
 A file that holds several runs (a Trackio project, an MLflow store: formats with ``members``) gives one run per
 member, named ``<file stem>/<run name>`` below the root's path, with the bare run name as an alias for
@@ -54,6 +55,9 @@ class RunInputs:
     ``read_member`` key), ``None`` when its scalar files hold one run each."""
     aliases: tuple[str, ...] = ()
     """Other names ``--run`` picks it by (the bare run name in a tracker database, a W&B run id)."""
+    set_aside: tuple[str, ...] = ()
+    """Rollout files of this run that are not read, each with why (TRL's ``completions/`` beside the callback's
+    ``rollouts/``: the same generations twice)."""
 
     @property
     def files(self) -> list[Path]:
@@ -130,6 +134,7 @@ def discover_runs(paths: Sequence[str | Path]) -> list[RunInputs]:
             # so that runs in the subdirectories beside it keep their own directories.
             whole = len(sets) == 1 and len(files_of_run) > 1
             groups.setdefault((kind, directory if whole else files_of_run[0]), []).extend(files_of_run)
+    set_aside = _one_rollout_source(groups)
     territories = _territories(groups, directories)
     joined = {
         key: owner
@@ -154,6 +159,7 @@ def discover_runs(paths: Sequence[str | Path]) -> list[RunInputs]:
                 runs.append(target)
             target.rollout_kind = kind
             target.rollout_files = sorted(members)
+            target.set_aside = set_aside.get(key, ())
             by_rollouts[key] = target
             continue
         if not fmt.own_run and len(related) > 1 and all(r.has_scalars for r in related):
@@ -174,6 +180,39 @@ def discover_runs(paths: Sequence[str | Path]) -> list[RunInputs]:
             hint=formats_hint(),
         )
     return runs
+
+
+TRL_COMPLETIONS, CALLBACK_ROLLOUTS = "trl_completions", "rollouts"
+"""TRL's ``log_completions`` files (a format kind) and the directory ``CollapseDoctorCallback`` writes its rollout
+parts to, beside them in the trainer's output dir."""
+
+
+def _one_rollout_source(groups: dict[SetKey, list[Path]]) -> dict[SetKey, tuple[str, ...]]:
+    """One training, one rollout source: where a TRL output dir holds both ``completions/`` (TRL's
+    ``log_completions``) and the callback's ``rollouts/`` parts, the TRL set is dropped from ``groups`` and the
+    callback's is read (the same generations, with the advantages the loss used, token lengths and the cut flag).
+    Returns ``{kept set: what was set aside, and why}``."""
+    out: dict[SetKey, tuple[str, ...]] = {}
+    for key in [k for k in groups if k[0] == TRL_COMPLETIONS and k[1] is not None]:
+        root = key[1]
+        assert root is not None
+        beside = [
+            k
+            for k, files in groups.items()
+            if is_rollouts(k[0])
+            and k[0] != TRL_COMPLETIONS
+            and files
+            and all(f.parent.resolve() == (root / CALLBACK_ROLLOUTS).resolve() for f in files)
+        ]
+        if len(beside) != 1:
+            continue
+        files = groups.pop(key)
+        out[beside[0]] = (
+            f"{root / 'completions'} ({len(files)} file(s), TRL log_completions): the same generations as "
+            f"{root / CALLBACK_ROLLOUTS}, which CollapseDoctorCallback wrote with the advantages the loss used, token "
+            "lengths and the cut flag; read once, from there",
+        )
+    return out
 
 
 def _add_scalars(run: RunInputs, kind: str, files: Sequence[Path]) -> None:

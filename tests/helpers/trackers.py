@@ -139,6 +139,9 @@ def _write_wandb(runs: list[dict[str, Any]]) -> None:
         for step, row in _rows(run):
             if run["trainer"] == "trl":
                 wandb.log({**row, "train/global_step": step})
+                # GRPOTrainer(log_completions=True) logs the step's completions as a table after its metrics
+                table = wandb.Table(columns=["step", "prompt", "completion"], data=[[str(step), "p", "c"]])
+                wandb.log({"completions": table})
             else:
                 wandb.log(row, step=step)
         written[run["name"]] = str(Path(live.dir).parent)

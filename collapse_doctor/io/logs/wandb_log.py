@@ -18,7 +18,9 @@ anything is synced. It is read here without wandb's network API and without star
   dict logged as ``{"a": {"b": 1}}``), joined with ``/``. A value is in the typed ``value`` oneof (``number``,
   ``integer``, ``json``) or in the legacy ``value_json``; numbers (NaN and infinities included) are kept,
   booleans, strings and media are not. Keys starting with ``_`` are wandb's bookkeeping (``_runtime``,
-  ``_timestamp``).
+  ``_timestamp``). A logged table or image is a set of keys under its name with a ``<name>/_type`` among them
+  (TRL's ``completions`` table: ``completions/ncols``, ``nrows``, ``size``...): the file's bookkeeping, dropped
+  with its numbers.
 - **Steps**: a row's step is ``_step`` unless the run declared a step metric with ``define_metric`` (transformers'
   ``WandbCallback`` declares ``train/global_step`` for ``*``, with ``step_sync``): then a metric's points are at
   the value of its step metric in the row (the last value seen when the row lacks it), which is the step
@@ -325,14 +327,20 @@ def _history_rows(
     """One history record as ``(step, {key: value})`` rows: one per distinct step its keys are logged at."""
     values: dict[str, float] = {}
     row_step: int | None = int(history.step.num) if history.HasField("step") else None
+    media: list[str] = []
     for item in history.item:
         key = _item_key(item)
         value = _item_value(item)
         if key == "_step" and value is not None:
             row_step = int(value)
+        if key.endswith("/_type"):
+            media.append(key[: -len("_type")])
         if key.startswith("_") or value is None:
             continue
         values[key] = value
+    for prefix in media:  # a table or an image: its size, rows and columns are the file's, not training metrics
+        for key in [k for k in values if k.startswith(prefix)]:
+            del values[key]
     step_names = steps.names
     for name in step_names & values.keys():
         last_value[name] = values[name]

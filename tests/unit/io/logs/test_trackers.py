@@ -75,6 +75,15 @@ def test_a_trl_run_reads_the_values_logged_at_the_global_steps(corpus: Corpus, t
     assert NAN_TAG in scalars.raw_tags
 
 
+def test_a_logged_table_is_no_series_and_no_restart(corpus: Corpus) -> None:
+    """TRL's `completions` table (log_completions=True) is logged after the metrics at every logging step; its
+    bookkeeping keys (`completions/ncols`, `nrows`, `size`) are the table file's, not training metrics."""
+    run = TRL_RUNS["wandb"](corpus)
+    log = ScalarCache().read(run.scalar_files(), "wandb")
+    assert not [tag for tag in log.tags if tag.startswith("completions")]
+    assert not [note for note in log.notes() if "again" in note or "twice" in note]
+
+
 def test_the_same_values_read_through_tensorboard_and_every_tracker_are_equal(corpus: Corpus) -> None:
     events = _scalars(_run(corpus.events_trl))
     for tracker, run_of in TRL_RUNS.items():
