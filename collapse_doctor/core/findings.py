@@ -441,6 +441,35 @@ def plain(value: Any) -> Any:
     return value
 
 
+FindingKey = tuple[str, str, tuple[str, ...], str]
+"""What makes a finding the same one from one check to the next: run name, code, channels, condition (the title
+without "; recovered at step N")."""
+
+
+def news(reported: dict[FindingKey, Severity], findings: Iterable[Finding], run: str = "") -> list[Finding]:
+    """The findings of a new check worth printing: each condition once, when it first appears, and again only when
+    its severity rises (``reported`` records what was printed; ``watch`` and the TRL callback both print by it).
+
+    >>> seen: dict = {}
+    >>> first = Finding("CD102", Severity.WARNING, "silent", "m")
+    >>> [f.code for f in news(seen, [first])], news(seen, [first])
+    (['CD102'], [])
+    >>> ended = Finding("CD102", Severity.INFO, "silent; recovered at step 9", "m", recovered_step=9)
+    >>> worse = Finding("CD102", Severity.CRITICAL, "silent", "m")
+    >>> news(seen, [ended]), [f.severity.label for f in news(seen, [worse])]
+    ([], ['critical'])
+    """
+    out = []
+    for finding in findings:
+        key = (run, finding.code, finding.channels, finding.condition)
+        seen = reported.get(key)
+        if seen is not None and finding.severity <= seen:
+            continue
+        reported[key] = finding.severity
+        out.append(finding)
+    return out
+
+
 def check_fail_on(value: str, *, option: str = "--fail-on") -> str:
     """A ``--fail-on`` level, lower-cased; a UsageError for anything else.
 

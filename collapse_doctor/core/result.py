@@ -72,6 +72,9 @@ class RunSummary:
 
     Read by the detectors and remedies; not part of the JSON output."""
 
+    set_aside: tuple[str, ...] = ()
+    """Rollout files of the run that were found and not read, each with why (TRL's ``completions/`` beside the
+    callback's ``rollouts/``: one training, one rollout source)."""
     phases: tuple[Phase, ...] = ()
     """A run that switched aggregation (the rollouts' ``aggregation`` column): its phases in step order, each
     judged under its own; ``algorithm`` is the last one's. Empty for a run under one aggregation."""
@@ -102,6 +105,7 @@ class RunSummary:
                 "scalar_points": self.scalar_points,
                 "scalar_framework": self.scalar_framework,
             }
+            | ({"set_aside": list(self.set_aside)} if self.set_aside else {})
             | ({"phases": [p.to_dict() for p in self.phases]} if self.phases else {})
             | ({"signal": dict(self.signal)} if self.signal is not None else {})
         )

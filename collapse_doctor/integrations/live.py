@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from collapse_doctor.core.findings import Finding, Severity, check_fail_on, failing
+from collapse_doctor.core.findings import Finding, FindingKey, Severity, check_fail_on, failing, news
 from collapse_doctor.core.options import ScanOptions
 from collapse_doctor.core.result import Diagnosis
 from collapse_doctor.pipeline.scan import ScanPlan, diagnose_reduction, resolve_config
@@ -22,8 +22,6 @@ from collapse_doctor.pipeline.scan import ScanPlan, diagnose_reduction, resolve_
 if TYPE_CHECKING:
     from collapse_doctor.core.config import Config
     from collapse_doctor.integrations.rollouts import RolloutMonitor
-
-FindingKey = tuple[str, tuple[str, ...], str]
 
 
 @dataclass
@@ -75,13 +73,6 @@ class LiveDiagnosis:
         # The parts carry the trainer's weights in their metadata, so nothing is inferred (scan infers nothing either).
         diagnosis = diagnose_reduction(plan, self.monitor.reduction(), None).diagnosis
         self.checks += 1
-        new = []
-        for finding in diagnosis.findings:
-            key = (finding.code, finding.channels, finding.title)
-            seen = self.reported.get(key)
-            if seen is not None and finding.severity <= seen:
-                continue
-            self.reported[key] = finding.severity
-            new.append(finding)
+        new = news(self.reported, diagnosis.findings)
         stopping = failing(diagnosis.findings, self.fail_on) if self.fail_on else []
         return LiveCheck(diagnosis=diagnosis, new=new, failing=stopping)

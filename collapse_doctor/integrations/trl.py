@@ -45,7 +45,9 @@ import torch
 from transformers import TrainerCallback  # type: ignore[import-untyped,unused-ignore]
 
 from collapse_doctor.core.errors import UsageError
-from collapse_doctor.core.findings import Finding, check_fail_on
+from collapse_doctor.core.findings import VERDICTS, Finding, check_fail_on, severity_counts
+from collapse_doctor.core.result import signal_sentence
+from collapse_doctor.core.text_safety import printable
 from collapse_doctor.integrations.live import LiveDiagnosis
 from collapse_doctor.integrations.rollouts import RolloutMonitor, StepExtras, StepRecord
 
@@ -150,7 +152,9 @@ class CollapseDoctorCallback(TrainerCallback):  # type: ignore[misc,unused-ignor
     default 1%: on fast steps they skip parts) and once more when training ends.
     ``channels``: the channel names (default TRL's ``reward_func_names``). ``config``: a collapse-doctor config
     file or :class:`~collapse_doctor.core.config.Config` for the detectors' thresholds (default: discovered from the
-    output directory, as ``scan`` does). ``print_finding``: called with each new finding's line (default: stderr).
+    output directory, as ``scan`` does). ``print_finding``: called with each line the callback prints (default:
+    stderr): each new finding, the reason when it stops training, and one summary line when training ends
+    (``summary=False``: not that one; ``retrain`` prints its own scan).
 
     Pass it in ``callbacks=[...]``: it finds its trainer when training begins. Or call :func:`attach`.
     ``advantage_transform``, ``algo`` and ``tensorboard`` are for ``collapse-doctor retrain``.
@@ -165,6 +169,7 @@ class CollapseDoctorCallback(TrainerCallback):  # type: ignore[misc,unused-ignor
         channels: Sequence[str] | None = None,
         config: Config | str | Path | None = None,
         print_finding: Callable[[str], None] | None = _print_line,
+        summary: bool = True,
         check_budget: float = CHECK_BUDGET,
         tensorboard: bool = True,
         algo: str | None = None,
@@ -186,6 +191,7 @@ class CollapseDoctorCallback(TrainerCallback):  # type: ignore[misc,unused-ignor
         self.channels = tuple(channels) if channels is not None else None
         self.config = config
         self.print_finding = print_finding
+        self.summary = summary
         self.tensorboard = tensorboard
         self.algo = algo
         self.advantage_transform = advantage_transform
@@ -200,6 +206,7 @@ class CollapseDoctorCallback(TrainerCallback):  # type: ignore[misc,unused-ignor
         """Why the callback switched itself off, if it did."""
         self._pending: dict[str, Any] | None = None
         self._hooked: Any = None
+        self._said_stop = False
 
     # -- wiring ---------------------------------------------------------------------------------------------
 
@@ -316,7 +323,7 @@ class CollapseDoctorCallback(TrainerCallback):  # type: ignore[misc,unused-ignor
             pending["truncated"] = None if cut is None else gather_object(cut)
         if self.monitor is None:
             return
-        step = int(trainer.state.global_step)
+        step = trl_step(trainer.state)
         if self.active and self.monitor.enabled:
             self._guarded(
                 "recording a step",
@@ -406,7 +413,7 @@ class CollapseDoctorCallback(TrainerCallback):  # type: ignore[misc,unused-ignor
         )
         self.live = LiveDiagnosis(monitor, fail_on=self.fail_on, config=self.config)
         if main and state.global_step > 0:
-            monitor.truncate_from(int(state.global_step))  # a resumed run regenerates these steps
+            monitor.truncate_from(trl_step(state))  # a resumed run regenerates these steps
         elif main and monitor.holds_rollouts():
             raise UsageError(
                 f"{monitor.rollouts_dir} already holds rollouts of another run",
@@ -430,7 +437,41 @@ class CollapseDoctorCallback(TrainerCallback):  # type: ignore[misc,unused-ignor
         if self.fail_on is not None and any_process(self.trainer, failing):
             control.should_save = True
             control.should_training_stop = True
+            if not self._said_stop:
+                self._said_stop = True
+                self._guarded("saying why it stops", lambda: self._say(self._stop_line(state)))
         return control
+
+    def _say(self, line: str) -> None:
+        """Print one line through ``print_finding``, on the main process only (the one that writes and checks)."""
+        if self.print_finding is not None and self.monitor is not None and self.monitor.enabled:
+            self.print_finding(line)
+
+    def _stop_line(self, state: Any) -> str:
+        found = self.stopped_by
+        if not found:  # another process's check found it: every process stops at the same step
+            return f"collapse-doctor: stopping training after step {state.global_step} (fail_on={self.fail_on})"
+        first = found[0]
+        onset = f" (onset step {first.onset_step})" if first.onset_step is not None else ""
+        more = f", and {len(found) - 1} more" if len(found) > 1 else ""
+        return printable(
+            f"collapse-doctor: stopping training after step {state.global_step} with a checkpoint "
+            f"(fail_on={self.fail_on}): {first.code} {first.severity.label} {first.title}{onset}{more}"
+        )
+
+    def _summary_line(self) -> str | None:
+        """The run in one line at the end of training: the verdict, the signal budget, the findings, where the
+        rollouts are and the command for the full report."""
+        diagnosis, monitor = self.diagnosis, self.monitor
+        if diagnosis is None or monitor is None:
+            return None
+        counts = severity_counts(f.severity for f in diagnosis.findings) or "no findings"
+        where = monitor.rollouts_dir
+        return printable(
+            f"collapse-doctor: {VERDICTS[diagnosis.verdict]} after {diagnosis.run.steps:,} steps: "
+            f"{signal_sentence(diagnosis.run.signal)}; {counts}; rollouts in {where}; full report: "
+            f"collapse-doctor report {where.parent} --html report.html"
+        )
 
     def _check(self) -> bool:
         """Run the detectors on the run so far; print new findings; True when one reaches ``fail_on``."""
@@ -459,7 +500,20 @@ class CollapseDoctorCallback(TrainerCallback):  # type: ignore[misc,unused-ignor
         if self.monitor is not None:
             self._guarded("closing the rollouts", self.monitor.close)
             self._guarded("checking the run", self._check)  # the last steps, and what the budget skipped
+            line = self._guarded("summing up", self._summary_line) if self.summary else None
+            if line is not None:
+                self._say(line)
         return control
+
+
+def trl_step(state: Any) -> int:
+    """The step TRL gives the batch generated now: the optimizer step it trains first, counted from 1.
+
+    A batch is generated before its optimizer step, while ``state.global_step`` still counts the steps done;
+    TRL logs its metrics, its completions files (``completions_00001.parquet`` first) and every tracker's points
+    after the step, at ``global_step`` + 1. The callback's rollouts, onsets and scalars use the same axis.
+    """
+    return int(state.global_step) + 1
 
 
 def any_process(trainer: Any, flag: bool) -> bool:

@@ -114,6 +114,7 @@ class IncrementalScan:
             scalars,
             name=run.name if plan.named else None,
             scalar_files=run.scalar_files(),
+            set_aside=run.set_aside,
             reduce_with=reduce_with,
         )
         return judged.diagnosis

@@ -21,14 +21,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from collapse_doctor.core.errors import InputError
-from collapse_doctor.core.findings import Finding, Severity, check_fail_on, severity_counts
+from collapse_doctor.core.findings import Finding, FindingKey, Severity, check_fail_on, news, severity_counts
 from collapse_doctor.core.options import ScanOptions
 from collapse_doctor.core.text_safety import printable
 
 if TYPE_CHECKING:
     from collapse_doctor.core.result import Diagnosis
 
-FindingKey = tuple[str, str, tuple[str, ...], str]
 GIVE_UP_SECONDS = 120.0
 """How long files that are there, unchanged and unreadable are waited for before watch gives up (exit 2)."""
 MIN_INTERVAL = 0.1
@@ -78,10 +77,6 @@ def snapshot(paths: Sequence[str | Path]) -> dict[str, tuple[int, int] | tuple[i
                 continue
             out[str(f)] = (stat.st_size, stat.st_mtime_ns)
     return out
-
-
-def _key(diagnosis: Diagnosis, finding: Finding) -> FindingKey:
-    return (diagnosis.run.name or "", finding.code, finding.channels, finding.title)
 
 
 def watch(
@@ -156,12 +151,7 @@ def watch(
                 state.diagnoses[diagnosis.run.name or ""] = diagnosis
                 state.last_step = diagnosis.run.last_step
                 state.scalar_points = diagnosis.run.scalar_points
-                for finding in diagnosis.findings:
-                    key = _key(diagnosis, finding)
-                    seen = state.reported.get(key)
-                    if seen is not None and finding.severity <= seen:
-                        continue
-                    state.reported[key] = finding.severity
+                for finding in news(state.reported, diagnosis.findings, diagnosis.run.name or ""):
                     if on_finding is not None:
                         on_finding(diagnosis, finding)
                     if threshold is not None and finding.severity >= threshold and state.failing is None:

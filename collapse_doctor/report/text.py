@@ -112,6 +112,8 @@ def render_text(
         console.print(f"  algorithm {algorithm}; advantages recomputed on {run.device}")
     else:
         console.print("  algorithm unknown: no rollouts, so no advantages were recomputed")
+    for note in run.set_aside:
+        console.print(f"  not read {printable(note)}")
     for warning in run.warnings:
         console.print(f"  warning: {printable(warning)}", style="yellow")
     console.print()

@@ -16,7 +16,7 @@ from typing import Any
 
 from transformers import TrainerCallback  # type: ignore[import-untyped,unused-ignore]
 
-from collapse_doctor.integrations.trl import CollapseDoctorCallback, any_process
+from collapse_doctor.integrations.trl import CollapseDoctorCallback, any_process, trl_step
 from collapse_doctor.retrain.recipes import ScheduledAdvantages
 
 
@@ -40,7 +40,8 @@ class RecipeCallback(TrainerCallback):  # type: ignore[misc,unused-ignore]
     def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
         monitor = self.doctor.monitor
         if monitor is not None:
-            aggregation = self.scheduled.schedule.aggregation_at(int(state.global_step), self.scheduled.switched_at)
+            # the batch generated in this step is TRL's step global_step + 1, as the rollouts record it
+            aggregation = self.scheduled.schedule.aggregation_at(trl_step(state), self.scheduled.switched_at)
             monitor.algo = aggregation
         return control
 
@@ -63,7 +64,7 @@ class RecipeCallback(TrainerCallback):  # type: ignore[misc,unused-ignore]
             if f.code == hybrid.code and f.severity >= hybrid.severity
         ]
         if any_process(self.trainer, bool(seen)):
-            step = int(state.global_step)
+            step = trl_step(state)  # the next batch: the first the switch trains
             reason = f"{seen[0].code} {seen[0].severity.label}: {seen[0].title}" if seen else f"{hybrid.code}"
             if self.scheduled.switch(step, reason):
                 self.say(f"collapse-doctor: hybrid switch: {self.scheduled.schedule.algo} from step {step} ({reason})")

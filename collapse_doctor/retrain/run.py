@@ -138,7 +138,7 @@ def run_retrain(options: RetrainOptions, *, final_scan: bool = True) -> RetrainR
     from trl import GRPOConfig, GRPOTrainer  # type: ignore[import-untyped,unused-ignore]
 
     from collapse_doctor.integrations.rollouts import ROLLOUTS_DIR
-    from collapse_doctor.integrations.trl import CollapseDoctorCallback, check_trl_seam
+    from collapse_doctor.integrations.trl import CollapseDoctorCallback, check_trl_seam, trl_step
     from collapse_doctor.retrain.callbacks import InterruptFlag, RetrainCallback
     from collapse_doctor.retrain.dynamic import DynamicWeighting
     from collapse_doctor.retrain.rewards import named_reward
@@ -185,8 +185,9 @@ def run_retrain(options: RetrainOptions, *, final_scan: bool = True) -> RetrainR
         output_dir=output_dir,
         write_every=options.write_every,
         channels=plan.channels,
-        algo=plan.schedule.aggregation_at(0) if plan.schedule is not None else plan.algo,
+        algo=plan.schedule.aggregation_at(1) if plan.schedule is not None else plan.algo,  # TRL's first step
         advantage_transform=scheduled if scheduled is not None else dynamic.step if dynamic is not None else None,
+        summary=False,  # retrain prints the final scan itself
     )
     interrupt = InterruptFlag()
     control = RetrainCallback(interrupt=interrupt, dynamic=dynamic, kl_target=s.kl_target)
@@ -203,7 +204,7 @@ def run_retrain(options: RetrainOptions, *, final_scan: bool = True) -> RetrainR
     if scheduled is not None:
         from collapse_doctor.retrain.recipe_callback import RecipeCallback
 
-        scheduled.step_of = lambda: int(trainer.state.global_step)
+        scheduled.step_of = lambda: trl_step(trainer.state)  # the step the rollouts record for this batch
         recipes = RecipeCallback(scheduled, doctor)
         recipes.trainer = trainer
         trainer.add_callback(recipes)

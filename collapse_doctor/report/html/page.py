@@ -268,6 +268,7 @@ def _overview(diagnosis: Diagnosis) -> str:
                 f"{_fmt(truth.get('onset_step'))}, expected {esc(expected)}",
             )
         )
+    rows += [("not read", esc(note)) for note in run.set_aside]
     rows += [("warning", f"<span style='color:var(--warning)'>{esc(w)}</span>") for w in run.warnings]
     run_table = "".join(f"<tr><th>{k}</th><td>{v}</td></tr>" for k, v in rows)
     channel_table = _channel_table(diagnosis)

@@ -69,7 +69,7 @@ def test_a_resume_purges_the_later_events_and_rows(tmp_path: Path) -> None:
         first.flush_if_full()
     first.close()
     again = monitor(tmp_path, write_every=2)
-    again.truncate_from(3)  # checkpoint-3: steps 3.. are trained again
+    again.truncate_from(3)  # checkpoint-2 (2 optimizer steps done): TRL's steps 3.. are trained again
     for step in range(3, 6):
         again.record(record(step, offset=1.0))
         again.flush_if_full()

@@ -39,7 +39,8 @@ class Run:
         self.rewards = RewardSpy()
         self.printed: list[str] = []
         self.callback = CollapseDoctorCallback(write_every=4, print_finding=self.printed.append, check_budget=1.0)
-        self.trainer = make_trainer(out, steps=8, callbacks=[self.callback], spy=self.rewards)
+        # log_completions as users set it beside the callback: TRL's completions/ and the callback's rollouts/
+        self.trainer = make_trainer(out, steps=8, callbacks=[self.callback], spy=self.rewards, log_completions=True)
 
 
 @pytest.fixture(scope="module")
@@ -62,9 +63,9 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Run:
 
 def test_advantages_are_what_the_loss_received(run: Run) -> None:
     rows = rollouts(run.out)
-    assert sorted(set(rows["step"].tolist())) == list(range(8))
+    assert sorted(set(rows["step"].tolist())) == list(range(1, 9)), "TRL's steps: the first batch trains step 1"
     assert len(run.loss_advantages) == 8
-    for step, used in enumerate(run.loss_advantages):
+    for step, used in enumerate(run.loss_advantages, start=1):
         logged = np.sort(rows["advantage"][rows["step"] == step])
         # the loss sees each batch shuffled; as sets they are the same values, to float32 exactness
         np.testing.assert_array_equal(np.sort(used.numpy()), logged)
@@ -76,7 +77,7 @@ def test_rewards_are_what_the_reward_functions_returned(run: Run) -> None:
     for channel in CHANNELS:
         returned = run.rewards.returned[channel]
         assert len(returned) == 8
-        for step, values in enumerate(returned):
+        for step, values in enumerate(returned, start=1):
             expected = np.array([np.nan if v is None else v for v in values], dtype=np.float32)
             np.testing.assert_array_equal(rows[f"reward/{channel}"][rows["step"] == step], expected)
     assert np.isnan(rows["reward/sometimes"]).any(), "the None convention is exercised"
@@ -126,7 +127,7 @@ def test_scalars_reach_the_trainers_logger(run: Run) -> None:
     logged = [entry for entry in run.trainer.state.log_history if "collapse_doctor/rel_gain/graded" in entry]
     # parts every 4 steps, trainer logs every 2: the log after each part carries the means of its 4 steps
     assert [entry["step"] for entry in logged] == [4, 8]
-    for entry, steps in zip(logged, (range(0, 4), range(4, 8)), strict=True):
+    for entry, steps in zip(logged, (range(1, 5), range(5, 9)), strict=True):
         for channel in CHANNELS:
             expected = np.mean([_rel_gain(rows[f"reward/{channel}"][rows["step"] == s]) for s in steps])
             assert entry[f"collapse_doctor/rel_gain/{channel}"] == pytest.approx(expected, abs=1e-6)
@@ -143,6 +144,39 @@ def test_scalars_reach_the_trainers_logger(run: Run) -> None:
     assert "train/collapse_doctor/zero_advantage_share" in tags
 
 
+def test_the_rollouts_count_steps_as_trl_does(run: Run) -> None:
+    """TRL writes `completions/completions_<step>.parquet` at its logging steps (2, 4, 6, 8), each with the batch it
+    just trained; the callback's rollouts of the same step hold the same completions with the same rewards."""
+    rows = rollouts(run.out)
+    files = sorted((run.out / "completions").glob("completions_*.parquet"))
+    assert [int(f.stem.split("_")[1]) for f in files] == [2, 4, 6, 8]
+    for file in files:
+        table = pq.read_table(file).to_pydict()
+        step = int(file.stem.split("_")[1])
+        assert {int(s) for s in table["step"]} == {step}
+        at = rows["step"] == step
+        assert sorted(table["completion"]) == sorted(rows["completion"][at].tolist())
+        ours = sorted(zip(rows["completion"][at].tolist(), rows["reward/format_tag"][at].tolist(), strict=True))
+        theirs = sorted(zip(table["completion"], table["format_tag"], strict=True))
+        assert ours == theirs
+
+
+def test_one_output_dir_is_one_run_read_once(run: Run) -> None:
+    """completions/, rollouts/, runs/ (TRL's events) and tensorboard/ (the callback's) of one training: one run,
+    its rollouts read from rollouts/ only (8 steps x 16, not twice), the set-aside files named in the run card."""
+    from collapse_doctor.io.discovery import discover_runs
+    from collapse_doctor.pipeline.scan import diagnose
+
+    [found] = discover_runs([run.out])
+    assert found.rollout_files == sorted((run.out / "rollouts").glob("*.parquet"))
+    assert {"events"} <= set(found.scalar_logs)
+    assert len(found.set_aside) == 1 and "completions" in found.set_aside[0] and "read once" in found.set_aside[0]
+    diagnosis = diagnose([run.out])
+    assert diagnosis.run.name is None and diagnosis.run.rollouts == 8 * 16
+    assert diagnosis.run.set_aside == found.set_aside
+    assert diagnosis.run.scalar_points > 0, "TRL's own events joined the run"
+
+
 def test_output_dir_scans_like_a_retrain_run(run: Run) -> None:
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
@@ -150,7 +184,7 @@ def test_output_dir_scans_like_a_retrain_run(run: Run) -> None:
     from collapse_doctor.pipeline.scan import diagnose
 
     parts = sorted(p.name for p in (run.out / "rollouts").glob("*.parquet"))
-    assert parts == ["part-000000-000003.parquet", "part-000004-000007.parquet"]
+    assert parts == ["part-000001-000004.parquet", "part-000005-000008.parquet"]
     whole = diagnose([run.out])
     assert whole.run.channels == CHANNELS
     assert whole.run.weights == dict(zip(CHANNELS, WEIGHTS, strict=True))
@@ -158,7 +192,7 @@ def test_output_dir_scans_like_a_retrain_run(run: Run) -> None:
     assert whole.run.algorithm == "grpo", whole.run.algorithm_source  # the logged advantages match GRPO
     events = EventAccumulator(str(run.out / "tensorboard"))
     events.Reload()
-    assert [e.step for e in events.Scalars("collapse_doctor/rel_gain/graded")] == list(range(8))
+    assert [e.step for e in events.Scalars("collapse_doctor/rel_gain/graded")] == list(range(1, 9))
     # one run, one answer: the callback's final diagnosis is a plain scan of the rollouts it wrote
     scanned = diagnose([run.out / "rollouts"], ScanOptions())
     live = run.callback.diagnosis
@@ -178,24 +212,36 @@ def test_output_dir_scans_like_a_retrain_run(run: Run) -> None:
     assert answer(live) == answer(scanned)
 
 
-def test_each_finding_is_printed_once(run: Run) -> None:
+def test_each_finding_is_printed_once_and_the_run_is_summed_up(run: Run) -> None:
+    from collapse_doctor.core.findings import VERDICTS
+
     live = run.callback.diagnosis
     assert live is not None and live.findings, "the tiny run has findings"
-    assert len(run.printed) == len({(f.code, f.channels, f.title) for f in live.findings})
+    *found, summary = run.printed
+    assert len(found) == len({(f.code, f.channels, f.condition) for f in live.findings})
     for finding in live.findings:
-        assert sum(f" {finding.code} " in line for line in run.printed) >= 1
+        assert sum(f" {finding.code} " in line for line in found) >= 1
     assert all(line.startswith("collapse-doctor: ") for line in run.printed)
+    # the last line: the verdict a scan of the output gives, the signal budget, the findings, where to look next
+    assert summary.startswith(f"collapse-doctor: {VERDICTS[live.verdict]} after 8 steps: ")
+    assert "gave no gradient" in summary and f"rollouts in {run.out / 'rollouts'}" in summary
+    assert f"collapse-doctor report {run.out} --html report.html" in summary
 
 
 def test_fail_on_stops_with_a_checkpoint(tmp_path: Path) -> None:
-    callback = CollapseDoctorCallback(fail_on="info", write_every=1, print_finding=None, check_budget=1.0)
+    printed: list[str] = []
+    callback = CollapseDoctorCallback(fail_on="info", write_every=1, print_finding=printed.append, check_budget=1.0)
     trainer = make_trainer(tmp_path / "out", steps=12, callbacks=[callback])
     train(trainer)
     assert callback.stopped_by and all(f.severity >= 1 for f in callback.stopped_by)
     stopped = trainer.state.global_step
     assert stopped < 12
+    first = callback.stopped_by[0]
+    [said] = [line for line in printed if "stopping training" in line]
+    assert said.startswith(f"collapse-doctor: stopping training after step {stopped} with a checkpoint (fail_on=info)")
+    assert f"{first.code} {first.severity.label} {first.title}" in said
     assert (tmp_path / "out" / f"checkpoint-{stopped}").is_dir()
-    assert sorted(set(rollouts(tmp_path / "out")["step"].tolist())) == list(range(stopped))
+    assert sorted(set(rollouts(tmp_path / "out")["step"].tolist())) == list(range(1, stopped + 1))
 
 
 def test_attach_hooks_a_trainer_built_already(tmp_path: Path) -> None:
@@ -204,7 +250,7 @@ def test_attach_hooks_a_trainer_built_already(tmp_path: Path) -> None:
     callback = attach(trainer, write_every=1, output_dir=tmp_path / "elsewhere", print_finding=None, check_budget=1e-9)
     assert callback in trainer.callback_handler.callbacks
     train(trainer)
-    assert sorted(set(rollouts(tmp_path / "elsewhere")["step"].tolist())) == [0, 1, 2]
+    assert sorted(set(rollouts(tmp_path / "elsewhere")["step"].tolist())) == [1, 2, 3]
     assert not (tmp_path / "out" / "rollouts").exists()
     assert callback.monitor is not None and callback.monitor.files_written == 3
     assert callback.live is not None and callback.live.checks == 2
@@ -240,7 +286,7 @@ def test_existing_rollouts_of_another_run_are_left_alone(tmp_path: Path) -> None
         train(trainer)
     assert trainer.state.global_step == 2
     assert sorted((tmp_path / "out" / "rollouts").iterdir()) == before
-    assert sorted(set(rollouts(tmp_path / "out")["step"].tolist())) == [0]
+    assert sorted(set(rollouts(tmp_path / "out")["step"].tolist())) == [1]
 
 
 def test_bad_arguments_are_one_line_errors() -> None:

@@ -30,4 +30,4 @@ def test_two_processes_agree_on_the_stop(tmp_path: Path) -> None:
     assert (tmp_path / f"checkpoint-{ranks[0]['step']}").is_dir()
     steps = pq.read_table(tmp_path / "rollouts").column("step").to_numpy()
     # each step holds both processes' completions (2 x 2 prompts x 4), written once
-    assert np.bincount(steps).tolist() == [16] * ranks[0]["step"]
+    assert np.bincount(steps).tolist() == [0] + [16] * ranks[0]["step"], "TRL's steps 1..N"

@@ -249,3 +249,29 @@ def test_without_the_entry_the_made_up_files_are_not_a_run(tmp_path: Path) -> No
     (tmp_path / "step1.rollouts.csv").write_text("step,group,correct\n1,0,1\n")
     with pytest.raises(InputError, match="no run found in this directory"):
         discover_runs([tmp_path])
+
+
+def test_a_trl_output_dir_with_both_rollout_sources_is_one_run_read_once(tmp_path: Path) -> None:
+    """TRL's completions/ beside the callback's rollouts/ in one output dir: one run, from rollouts/; each alone is
+    read as before; two rollouts/ parts beside completions/ stay one source."""
+    out = tmp_path / "out"
+    _trl(out)
+    parts = out / "rollouts"
+    parts.mkdir()
+    for first in (1, 3):  # two parts of one run: steps 1-2 and 3-4
+        table = make_table(steps=2, groups=2, group_size=4)
+        steps = pa.array(np.asarray(table["step"]) + first, pa.int64())
+        pq.write_table(
+            table.set_column(table.schema.get_field_index("step"), "step", steps), parts / f"part-{first:06d}.parquet"
+        )
+    _events(out / "runs" / "x")
+    [run] = discover_runs([out])
+    assert run.rollout_kind == "parquet" and run.rollout_files == sorted(parts.glob("*.parquet"))
+    assert "events" in run.scalar_logs
+    [note] = run.set_aside
+    assert str(out / "completions") in note and "read once" in note
+    (out / "rollouts" / "part-000001.parquet").unlink()
+    (out / "rollouts" / "part-000003.parquet").unlink()
+    parts.rmdir()
+    [alone] = discover_runs([out])
+    assert alone.rollout_kind == "trl_completions" and alone.set_aside == ()

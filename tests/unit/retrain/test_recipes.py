@@ -240,10 +240,10 @@ def test_on_finding_switch_fires_after_a_part_with_the_finding() -> None:
         callback.on_step_begin(None, SimpleNamespace(global_step=step - 1), control)
         assert monitor.algo == "grpo"
         callback.on_step_end(None, SimpleNamespace(global_step=step, is_world_process_zero=True), control)
-    assert transform.switched_at == 4
+    assert transform.switched_at == 5, "TRL's step of the next batch: the first the switch trains"
     assert said == [
         "collapse-doctor: from step 0: grpo, channels correct, format, style",
-        "collapse-doctor: hybrid switch: gdpo from step 4 (CD402 critical: CD402 title)",
+        "collapse-doctor: hybrid switch: gdpo from step 5 (CD402 critical: CD402 title)",
     ]
     callback.on_step_begin(None, SimpleNamespace(global_step=4), control)
     assert monitor.algo == "gdpo", "the monitor judges the run as what trains from the switch on"

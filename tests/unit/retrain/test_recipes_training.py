@@ -1,9 +1,10 @@
 """One tiny TRL run that crosses every recipe phase: the loss's advantages equal the recomputation in each phase.
 
-Steps 0-1 train GRPO on the summed rewards of `format` and `graded` (`sometimes` starts at step 3), steps 2-5
-gdpo-dynamic at T=0.7 then T=0.3 (from step 4), `graded` counts only where `sometimes` >= 0.4, and a channel's
+Steps are TRL's (the first batch is step 1, as TRL, its trackers and the rollouts count it), and so are the
+recipe's: step 1 trains GRPO on the summed rewards of `format` and `graded` (`sometimes` starts at step 3), steps
+2-6 gdpo-dynamic at T=0.7 then T=0.3 (from step 4), `graded` counts only where `sometimes` >= 0.4, and a channel's
 z-scores are clipped to +-1 only at steps where their spread exceeds 0.7. The run then resumes from its
-step-6 checkpoint for 2 more steps: the schedule and the EMA go on as if it had not stopped.
+checkpoint-6 for 2 more steps (7 and 8): the schedule and the EMA go on as if it had not stopped.
 """
 
 from __future__ import annotations
@@ -109,7 +110,7 @@ def test_every_phase_trains_on_the_recomputed_advantages(recipe_run: tuple[Retra
     assert len(seen) == RESUMED
     base = torch.tensor([WEIGHTS[c] for c in CHANNELS], dtype=torch.float64)
     ema = None  # continued across the resume: the checkpoint holds it
-    for step in range(RESUMED):
+    for step in range(1, RESUMED + 1):
         at = rows["step"] == step
         raw_graded = rows["raw_reward/graded"][at]
         some = rows["reward/sometimes"][at]
@@ -141,7 +142,7 @@ def test_every_phase_trains_on_the_recomputed_advantages(recipe_run: tuple[Retra
         np.testing.assert_allclose(logged[0], weights.numpy(), atol=1e-6)
         np.testing.assert_allclose(rows["advantage"][at], expected.numpy(), atol=1e-5)
         # the loss saw exactly these (shuffled within the batch)
-        np.testing.assert_allclose(np.sort(seen[step].numpy()), np.sort(rows["advantage"][at]), atol=1e-6)
+        np.testing.assert_allclose(np.sort(seen[step - 1].numpy()), np.sort(rows["advantage"][at]), atol=1e-6)
     assert np.abs(rows["advantage"]).max() > 0.1, "some groups carry signal"
 
 
@@ -156,10 +157,11 @@ def test_the_switch_points_reach_tensorboard_scan_and_the_checkpoint(
     events = EventAccumulator(str(result.output_dir / "tensorboard"))
     events.Reload()
     per_channel = [e.value for e in events.Scalars("collapse_doctor/recipe/per_channel_normalization")]
-    assert per_channel == [0.0, 0.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0]
-    assert [e.value for e in events.Scalars("collapse_doctor/recipe/active/sometimes")] == [0, 0, 0, 1, 1, 1, 1, 1]
+    assert [e.step for e in events.Scalars("collapse_doctor/recipe/per_channel_normalization")] == list(range(1, 9))
+    assert per_channel == [0.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0]
+    assert [e.value for e in events.Scalars("collapse_doctor/recipe/active/sometimes")] == [0, 0, 1, 1, 1, 1, 1, 1]
     temperatures = [round(e.value, 6) for e in events.Scalars("collapse_doctor/recipe/temperature")]
-    assert temperatures[2:] == [0.7, 0.7, 0.3, 0.3, 0.3, 0.3] and all(np.isnan(temperatures[:2]))
+    assert temperatures[1:] == [0.7, 0.7, 0.3, 0.3, 0.3, 0.3, 0.3] and np.isnan(temperatures[0])
     assert {f"collapse_doctor/recipe/clipped/{c}" for c in CHANNELS} <= set(events.Tags()["scalars"])
     diagnosis = diagnose([result.output_dir / "rollouts"])
     assert diagnosis.run.channels == CHANNELS
@@ -172,10 +174,10 @@ def test_the_final_scan_judges_each_phase_under_its_own_aggregation(
     recipe_run: tuple[RetrainResult, list[torch.Tensor]],
 ) -> None:
     """The rollouts' ``aggregation`` column records the switch at step 2: the scan of the output sees two phases
-    (GRPO on steps 0-1, then gdpo-dynamic, judged as GDPO), not one aggregation for the whole run."""
+    (GRPO on step 1, then gdpo-dynamic, judged as GDPO), not one aggregation for the whole run."""
     from collapse_doctor.core.result import Phase
 
     result, _ = recipe_run
     assert result.diagnosis is not None
-    assert result.diagnosis.run.phases == (Phase(0, 1, "grpo"), Phase(2, RESUMED - 1, "gdpo"))
+    assert result.diagnosis.run.phases == (Phase(1, 1, "grpo"), Phase(2, RESUMED, "gdpo"))
     assert result.diagnosis.run.algorithm == "gdpo"

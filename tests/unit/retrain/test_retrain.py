@@ -108,11 +108,11 @@ def test_parity_with_trl_advantages(tmp_path: Path, loss_advantages: list[torch.
     result = run_retrain(tiny_options(tmp_path, algo, scale=scale), final_scan=False)
     assert result.steps == 3
     rows = read_rollouts(result.output_dir)
-    assert sorted(set(rows["step"].tolist())) == [0, 1, 2]
+    assert sorted(set(rows["step"].tolist())) == [1, 2, 3], "TRL's steps"
     assert np.isnan(rows["reward/sometimes"]).any(), "the NaN convention is exercised"
     # 1) the logged advantage column is what TRL's loss received (the loss sees each batch shuffled)
     assert len(loss_advantages) == 3
-    for step, used in enumerate(loss_advantages):
+    for step, used in enumerate(loss_advantages, start=1):
         logged = np.sort(rows["advantage"][rows["step"] == step])
         np.testing.assert_allclose(np.sort(used.numpy()), logged, atol=1e-6, rtol=0)
     # 2) collapse-doctor's recomputation from the logged rewards equals it
@@ -127,19 +127,19 @@ def test_gdpo_dynamic_replaces_advantages_and_logs_weights(tmp_path: Path, loss_
     rows = read_rollouts(result.output_dir)
     weights = np.stack([rows[f"weight/{c}"] for c in CHANNELS], axis=1)
     np.testing.assert_allclose(weights.sum(axis=1), 1.0, atol=1e-5)
-    for step, used in enumerate(loss_advantages):
+    for step, used in enumerate(loss_advantages, start=1):
         logged = np.sort(rows["advantage"][rows["step"] == step])
         np.testing.assert_allclose(np.sort(used.numpy()), logged, atol=1e-6, rtol=0)
     # the logged weights are the schedule of the logged rewards (one source of math)
     from collapse_doctor.engine.advantages import channel_advantage_std, clipped_channel_advantages, group_zscores
 
     stds = []
-    for step in range(3):
+    for step in range(1, 4):
         r = torch.from_numpy(np.stack([rows[f"reward/{c}"][rows["step"] == step] for c in CHANNELS], axis=1))
         stds.append(channel_advantage_std(clipped_channel_advantages(group_zscores(r, torch.arange(len(r)) // 4))))
     base = torch.tensor([WEIGHTS[c] for c in CHANNELS])
     expected = dynamic_weight_schedule(torch.stack(stds), base_weights=base).numpy()
-    first_rows = [int(np.flatnonzero(rows["step"] == s)[0]) for s in range(3)]
+    first_rows = [int(np.flatnonzero(rows["step"] == s)[0]) for s in range(1, 4)]
     np.testing.assert_allclose(weights[first_rows], expected, atol=1e-5)
     assert result.diagnosis is not None
     assert (result.output_dir / "checkpoint-2" / "collapse_doctor_dynamic_weights.json").is_file()
@@ -152,7 +152,7 @@ def test_monitoring_output_scans_and_tensorboard(tmp_path: Path) -> None:
 
     result = run_retrain(tiny_options(tmp_path, "gdpo"), final_scan=True)
     parts = sorted(p.name for p in (result.output_dir / "rollouts").glob("*.parquet"))
-    assert parts == ["part-000000-000001.parquet", "part-000002-000002.parquet"]
+    assert parts == ["part-000001-000002.parquet", "part-000003-000003.parquet"]
     diagnosis = diagnose([result.output_dir / "rollouts"])
     assert diagnosis.run.channels == CHANNELS
     assert diagnosis.run.weights == WEIGHTS
@@ -164,7 +164,7 @@ def test_monitoring_output_scans_and_tensorboard(tmp_path: Path) -> None:
     tags = set(events.Tags()["scalars"])
     for name in ("rel_gain", "signal_share", "weight", "zero_variance_share"):
         assert {f"collapse_doctor/{name}/{c}" for c in CHANNELS} <= tags
-    assert [e.step for e in events.Scalars("collapse_doctor/rel_gain/format")] == [0, 1, 2]
+    assert [e.step for e in events.Scalars("collapse_doctor/rel_gain/format")] == [1, 2, 3]
 
 
 def test_resume_continues_from_the_checkpoint(tmp_path: Path) -> None:
@@ -175,7 +175,7 @@ def test_resume_continues_from_the_checkpoint(tmp_path: Path) -> None:
     assert resumed.resumed_from is not None and resumed.resumed_from.endswith("checkpoint-2")
     rows = read_rollouts(resumed.output_dir)
     steps, counts = np.unique(rows["step"], return_counts=True)
-    assert steps.tolist() == [0, 1, 2, 3]
+    assert steps.tolist() == [1, 2, 3, 4], "steps 3-4 after checkpoint-2, none twice"
     assert set(counts.tolist()) == {16}, "no step is written twice"
 
 
@@ -194,7 +194,7 @@ def test_interrupt_saves_a_checkpoint(tmp_path: Path, monkeypatch: pytest.Monkey
     assert result.interrupted and result.exit_code() == 130
     assert result.steps == 2
     assert (result.output_dir / "checkpoint-2").is_dir()
-    assert sorted(set(read_rollouts(result.output_dir)["step"].tolist())) == [0, 1]
+    assert sorted(set(read_rollouts(result.output_dir)["step"].tolist())) == [1, 2]
 
 
 def test_fail_on_stops_early(tmp_path: Path) -> None:

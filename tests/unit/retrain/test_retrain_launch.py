@@ -50,7 +50,7 @@ def test_two_cpu_processes(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr[-3000:]
     table = pq.read_table(out / "rollouts").to_pandas()
     # each step holds both processes' completions (4 prompts x 4), written once by the main process
-    assert table.groupby("step").size().to_dict() == {0: 16, 1: 16, 2: 16}
+    assert table.groupby("step").size().to_dict() == {1: 16, 2: 16, 3: 16}
     for _, rows in table.groupby("step"):
         rewards = torch.tensor(rows[[f"reward/{c}" for c in CHANNELS]].to_numpy(), dtype=torch.float32)
         weights = torch.tensor(rows[[f"weight/{c}" for c in CHANNELS]].iloc[0].to_numpy(), dtype=torch.float32)
