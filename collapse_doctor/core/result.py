@@ -111,6 +111,15 @@ class RunSummary:
         )
 
 
+REQUIREMENTS = {
+    "rollouts": "needs rollouts; the input is a scalar log only",
+    "logged_advantage": "needs a logged 'advantage' column",
+    "scalars": "needs a scalar log (events, trainer_state, verl JSONL)",
+}
+"""What a detector may require, and the reason a skipped detector shows when a run lacks it."""
+_LACKS = {"rollouts": "rollouts", "scalars": "a scalar log", "logged_advantage": "logged advantages"}
+
+
 @dataclass(frozen=True)
 class Diagnosis:
     """The result of a scan: verdict, findings (most severe first), run summary and per-step series."""
@@ -156,6 +165,42 @@ class Diagnosis:
             return "nothing judged -> exit 1 (no selected detector could judge this run; --fail-on never passes it)"
         return "nothing failing -> exit 0"
 
+    def coverage(self) -> dict[str, Any]:
+        """What the verdict rests on: the sources read, how many of the selected checks ran, and why the others
+        did not (``{"rollouts": n, "scalars": n, "logged_advantage": n, "data": n}``, "data": too little of it).
+
+        A verdict that rests on part of the checks says so wherever it is shown (:func:`coverage_clause`).
+        """
+        lacks = {key: 0 for key in (*_LACKS, "data")}
+        reasons = {reason: key for key, reason in REQUIREMENTS.items()}
+        for reason in self.skipped.values():
+            lacks[reasons.get(reason, "data")] += 1
+        has_rollouts, has_scalars = bool(self.run.rollouts), self.scalars is not None
+        sources = (
+            "rollouts and a scalar log"
+            if has_rollouts and has_scalars
+            else "rollouts only"
+            if has_rollouts
+            else "a scalar log only"
+            if has_scalars
+            else "nothing readable"
+        )
+        return {
+            "sources": sources,
+            "checks": len(self.detectors),
+            "ran": len(self.detectors) - len(self.skipped),
+            "skipped": {key: n for key, n in lacks.items() if n},
+        }
+
+    def coverage_clause(self) -> str:
+        """``"rollouts only: 8 of 21 checks ran; 11 need a scalar log"`` when checks were skipped, else "" (the
+        sources the run lacks are named; checks with too little data are listed with the skipped ones)."""
+        cover = self.coverage()
+        if cover["ran"] == cover["checks"]:
+            return ""
+        why = [f"{n} need{'s' if n == 1 else ''} {_LACKS[key]}" for key, n in cover["skipped"].items() if key in _LACKS]
+        return f"{cover['sources']}: {cover['ran']} of {cover['checks']} checks ran" + "".join(f"; {w}" for w in why)
+
     def channel_table(self) -> list[dict[str, Any]]:
         """Per channel: weight, rel_gain peak -> now, variance share, constant-group share (see ``channels``)."""
         return [dict(row) for row in self.channels]
@@ -166,7 +211,7 @@ class Diagnosis:
             "verdict": self.verdict,
             "fail_on": self.config.fail_on,
             "exit_code": self.exit_code(),
-            "run": plain(self.run.to_dict()),
+            "run": plain(self.run.to_dict() | {"coverage": self.coverage()}),
             "channels": plain(self.channel_table()),
             "detectors": {
                 code: {"name": name, "status": "skipped" if code in self.skipped else "ran"}

@@ -593,10 +593,12 @@ def regression_gate(baseline: ComparedRun, run: ComparedRun, settings: GateSetti
 
     - ``judged``: the run was judged (a verdict other than inconclusive; the gate never passes what no detector
       could judge, except with ``fail_on="never"``);
+    - ``coverage``: every check that ran on the baseline ran on the run (a check the run could not feed, for want
+      of rollouts, a scalar log or data, is a regression it cannot be cleared of; not with ``fail_on="never"``);
     - ``new findings``: findings of the run at or above ``fail_on`` whose ``(code, channels)`` the baseline does not
       have at or above ``fail_on`` (a finding the baseline shares is not a regression);
     - ``zero-advantage share``: the run's signal budget share minus the baseline's exceeds
-      ``zero_advantage_margin`` (absolute);
+      ``zero_advantage_margin`` (absolute); with rollouts on one side only it is not compared, and fails;
     - ``rel_gain``: per channel of both runs, the run's rel_gain (now) is below the baseline's times
       ``1 - rel_gain_margin``.
     """
@@ -613,6 +615,22 @@ def regression_gate(baseline: ComparedRun, run: ComparedRun, settings: GateSetti
                 "not inconclusive",
                 r.verdict == "inconclusive",
                 "no selected detector could judge the run" if r.verdict == "inconclusive" else "the run was judged",
+            )
+        )
+        ran_base = {code for code in b.detectors if code not in b.skipped}
+        ran_run = {code for code in r.detectors if code not in r.skipped}
+        lost = sorted(ran_base - ran_run)
+        criteria.append(
+            GateCriterion(
+                "coverage",
+                "checks that ran",
+                len(ran_base),
+                len(ran_run),
+                "the baseline's",
+                bool(lost),
+                f"not run: {', '.join(lost)} ({r.coverage_clause() or 'see its skipped checks'})"
+                if lost
+                else "as on the baseline",
             )
         )
     failing_run = r.failing(level)
@@ -646,13 +664,10 @@ def regression_gate(baseline: ComparedRun, run: ComparedRun, settings: GateSetti
             )
         )
     else:
-        where = (
-            "either run"
-            if base_zero is None and run_zero is None
-            else "the baseline"
-            if base_zero is None
-            else "the run"
-        )
+        # What one side lacks cannot be compared, and that counts against the run: a gate that passes says "no
+        # worse". Neither side having rollouts is the same kind of run twice (scalar logs): nothing to compare.
+        one_side = (base_zero is None) != (run_zero is None)
+        where = "either run" if not one_side else "the baseline" if base_zero is None else "the run"
         criteria.append(
             GateCriterion(
                 "zero_advantage_share",
@@ -660,8 +675,8 @@ def regression_gate(baseline: ComparedRun, run: ComparedRun, settings: GateSetti
                 base_zero,
                 run_zero,
                 None,
-                False,
-                f"not compared: no rollouts in {where}",
+                one_side,
+                f"not compared: no rollouts in {where}" + (" (counts against the run)" if one_side else ""),
             )
         )
     base_rows = {row["channel"]: row for row in b.channel_table()}

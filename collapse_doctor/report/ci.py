@@ -183,7 +183,9 @@ def github_annotations(diagnosis: Diagnosis) -> str:
     verdict = VERDICTS[diagnosis.verdict]
     if diagnosis.verdict == "inconclusive":
         lines.append(f"::warning title=collapse-doctor::{verdict}: {_escape_data(diagnosis.gate_summary())}")
-    lines.append(f"::notice title=collapse-doctor::{verdict}: {len(diagnosis.findings)} finding(s)")
+    clause = diagnosis.coverage_clause()
+    rests = f" ({_escape_data(clause)})" if clause else ""
+    lines.append(f"::notice title=collapse-doctor::{verdict}{rests}: {len(diagnosis.findings)} finding(s)")
     return "\n".join(lines) + "\n"
 
 
@@ -203,7 +205,9 @@ def markdown_summary(diagnosis: Diagnosis) -> str:
     """A Markdown summary for $GITHUB_STEP_SUMMARY or a pull-request comment."""
     run = diagnosis.run
     icon = {"healthy": "✅", "inconclusive": "❔", "at_risk": "⚠️", "collapsed": "❌"}[diagnosis.verdict]
-    out = [f"## {icon} collapse-doctor: {VERDICTS[diagnosis.verdict]}", "", signal_sentence(run.signal), ""]
+    clause = diagnosis.coverage_clause()
+    verdict = VERDICTS[diagnosis.verdict] + (f" ({_md(clause)})" if clause else "")
+    out = [f"## {icon} collapse-doctor: {verdict}", "", signal_sentence(run.signal), ""]
     if run.rollouts == 0 and run.scalar_points:
         out += [
             f"`{_md(describe_sources(run.sources))}`: {run.steps:,} steps in the scalar log "

@@ -79,8 +79,11 @@ def render_text(
 
     head = Text()
     head.append(VERDICTS[diagnosis.verdict], style=_VERDICT_STYLE[diagnosis.verdict])
+    clause = diagnosis.coverage_clause()
+    if clause:
+        head.append(f" ({clause})")
     head.append(f"  {signal_sentence(run.signal)}")
-    console.print(head)
+    console.print(head, soft_wrap=True)  # one line: a log or CI page shows it whole
     where = Text()
     if run.name is not None:
         where.append(f"run {printable(run.name)}: ")

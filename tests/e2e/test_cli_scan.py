@@ -107,9 +107,11 @@ def test_github_format_and_step_summary(tmp_path: Path) -> None:
     assert result.exit_code == 1
     lines = result.stdout.splitlines()
     assert lines[0].startswith("::error file=sample_logs/saturating-format.parquet,title=CD402 ")
-    assert lines[-1] == "::notice title=collapse-doctor::AT RISK: 2 finding(s)"
+    clause = "rollouts only: 8 of 21 checks ran; 11 need a scalar log"  # what the verdict rests on
+    assert lines[-1] == f"::notice title=collapse-doctor::AT RISK ({clause}): 2 finding(s)"
     text = summary.read_text()
-    assert text.startswith("previous\n## ⚠️ collapse-doctor: AT RISK\n\n0% of rollouts gave no gradient under GRPO")
+    head = "## ⚠️ collapse-doctor: AT RISK (rollouts only: 8 of 21 checks ran; 11 need a scalar log)"
+    assert text.startswith(f"previous\n{head}\n\n0% of rollouts gave no gradient under GRPO")
     assert "| warning | CD402 |" in text and "| info | CD101 |" in text
 
 

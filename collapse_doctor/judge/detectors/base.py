@@ -20,6 +20,7 @@ import numpy as np
 
 from collapse_doctor.core.errors import UsageError
 from collapse_doctor.core.findings import Finding, Remedy, Severity, severity_counts
+from collapse_doctor.core.result import REQUIREMENTS
 from collapse_doctor.core.smoothing import persistent_onset, rolling
 
 if TYPE_CHECKING:
@@ -247,12 +248,6 @@ class Detector:
 
 REGISTRY: dict[str, type[Detector]] = {}
 TARGETS = ("run", "channel", "pair")
-REQUIREMENTS = {
-    "rollouts": "needs rollouts; the input is a scalar log only",
-    "logged_advantage": "needs a logged 'advantage' column",
-    "scalars": "needs a scalar log (events, trainer_state, verl JSONL)",
-}
-"""What a detector may require, and the reason shown when a run lacks it (the runner checks it)."""
 
 
 def register(cls: type[Detector]) -> type[Detector]:

@@ -219,10 +219,12 @@ def _header(diagnosis: Diagnosis, verdict: str) -> str:
     from collapse_doctor.report.ci import describe_sources
 
     sources = describe_sources(diagnosis.run.sources)
+    clause = diagnosis.coverage_clause()  # what the verdict rests on, when some checks could not run
+    rests = f'<div class="muted">the verdict rests on {esc(clause)}</div>' if clause else ""
     return (
         '<header class="top"><div class="inner">'
         f'<h1><span class="verdict {esc(diagnosis.verdict)}">{esc(verdict)}</span>'
-        f"<span>collapse-doctor report</span></h1>"
+        f"<span>collapse-doctor report</span></h1>{rests}"
         f'<div class="muted"><code>{esc(sources)}</code> · {esc(summary)}; fail-on '
         f"{esc(diagnosis.config.fail_on)}: {exit_text}</div>"
         "</div></header>"

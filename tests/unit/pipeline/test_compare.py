@@ -44,6 +44,7 @@ def diagnosis(
     steps: np.ndarray | None = None,
     verdict: str | None = None,
     algorithm: str = "grpo",
+    skipped: dict[str, str] | None = None,
 ) -> Diagnosis:
     """A diagnosis with the numbers the gate reads: signal budget, channel rows, findings; series on ``steps``."""
     rel_gain_now = rel_gain_now if rel_gain_now is not None else {"format": 0.8, "length": 0.4}
@@ -104,7 +105,8 @@ def diagnosis(
         findings=findings,
         run=run,
         series=RunSeries(steps=np.asarray(steps), channels=channels, pairs=[], values=values),
-        detectors={},
+        detectors={"CD102": "silent groups", "CD503": "entropy collapse"},
+        skipped=dict(skipped or {}),
         channels=rows,
     )
 
@@ -217,7 +219,8 @@ def test_a_run_equal_to_its_baseline_passes_every_criterion() -> None:
     d = diagnosis(findings=(finding("CD402", "format", "length"),))
     result = gate(d, d)
     assert not result["failed"]
-    assert {name for name, _ in result["criteria"]} == {"judged", "new_findings", "zero_advantage_share", "rel_gain"}
+    names = {name for name, _ in result["criteria"]}
+    assert names == {"judged", "coverage", "new_findings", "zero_advantage_share", "rel_gain"}
     assert [f.code for f in result["result"].shared_findings] == ["CD402"]
 
 
@@ -265,11 +268,30 @@ def test_an_inconclusive_run_fails_the_gate_unless_fail_on_never() -> None:
     assert ("judged", "verdict") not in gate(base, run, fail_on="never")["criteria"]
 
 
-def test_a_run_without_rollouts_is_not_compared_on_zero_advantage() -> None:
+def test_a_run_without_rollouts_cannot_be_cleared_on_zero_advantage() -> None:
+    """What the gate could not compare counts against the run; two runs without rollouts have nothing to compare."""
     result = gate(diagnosis(), diagnosis(zero_share=None))
     criterion = result["criteria"][("zero_advantage_share", "zero-advantage share")]
-    assert not criterion.failed and criterion.run is None
-    assert criterion.detail == "not compared: no rollouts in the run"
+    assert criterion.failed and criterion.run is None and result["failed"]
+    assert criterion.detail == "not compared: no rollouts in the run (counts against the run)"
+    neither = gate(diagnosis(zero_share=None), diagnosis(zero_share=None))
+    assert not neither["criteria"][("zero_advantage_share", "zero-advantage share")].failed
+
+
+def test_a_check_that_ran_on_the_baseline_and_not_on_the_run_fails_the_gate() -> None:
+    """The run was scanned without its scalar log: CD503 (entropy) could not judge it, so the gate cannot say it is
+    no worse there."""
+    from collapse_doctor.core.result import REQUIREMENTS
+
+    lost = gate(diagnosis(), diagnosis(skipped={"CD503": REQUIREMENTS["scalars"]}))
+    criterion = lost["criteria"][("coverage", "checks that ran")]
+    assert criterion.failed and lost["failed"] and (criterion.baseline, criterion.run) == (2, 1)
+    assert criterion.detail == "not run: CD503 (rollouts only: 1 of 2 checks ran; 1 needs a scalar log)"
+    same = gate(diagnosis(skipped={"CD503": REQUIREMENTS["scalars"]}), diagnosis(skipped={"CD503": "x"}))
+    assert not same["criteria"][("coverage", "checks that ran")].failed
+    assert ("coverage", "checks that ran") not in gate(diagnosis(), diagnosis(skipped={"CD503": "x"}), fail_on="never")[
+        "criteria"
+    ]
 
 
 def test_gate_settings_are_checked() -> None:

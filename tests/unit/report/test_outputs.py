@@ -56,7 +56,8 @@ def _write(results: list[ScanResult], request: OutputRequest) -> tuple[int, str]
 def test_text_one_run(one: list[ScanResult]) -> None:
     code, text = _write(one, OutputRequest())
     assert code == 1 == one[0].diagnosis.exit_code()
-    assert text.startswith("AT RISK  ") and "Findings (1)" in text and "\x1b[" not in text  # no terminal: plain
+    assert text.startswith("AT RISK (rollouts only: 8 of 21 checks ran; 11 need a scalar log)  ")
+    assert "Findings (1)" in text and "\x1b[" not in text  # no terminal: plain
 
 
 def test_text_two_runs_one_after_another(two: list[ScanResult]) -> None:
@@ -66,7 +67,8 @@ def test_text_two_runs_one_after_another(two: list[ScanResult]) -> None:
     assert summary.startswith("2 runs: worst COLLAPSED, 1 failing the gate")
     assert summary.splitlines()[3].startswith("bad ") and summary.splitlines()[4].startswith("good ")
     first, second = detail.split("\n\nHEALTHY")
-    assert first.startswith("COLLAPSED  no rollouts") and first.split("\n")[1].startswith("run bad:")
+    assert first.startswith("COLLAPSED (a scalar log only: 11 of 21 checks ran; 9 need rollouts)  no rollouts")
+    assert first.split("\n")[1].startswith("run bad:")
     assert second.split("\n")[1].startswith("run good:")
     _, only = _write(two, OutputRequest(color=False, summary_only=True))
     assert only == summary + "\n"

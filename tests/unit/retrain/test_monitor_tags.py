@@ -74,7 +74,8 @@ def test_text_and_markdown_name_the_directory(tmp_path: Path) -> None:
     diagnosis = diagnose([tmp_path / "rollouts"], ScanOptions.of(device="cpu"))
     assert diagnosis.run.steps == 10
     first, where = _text(diagnosis).splitlines()[:2]
-    assert first.startswith("HEALTHY  ") and "of rollouts gave no gradient" in first
+    assert first.startswith("HEALTHY (rollouts only: 7 of 21 checks ran; 11 need a scalar log; 1 needs logged ")
+    assert "of rollouts gave no gradient" in first
     assert where.endswith(f"{tmp_path}/rollouts/ (5 files)"), where
     assert f"`{tmp_path}/rollouts/ (5 files)`" in markdown_summary(diagnosis)
 
