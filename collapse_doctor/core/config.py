@@ -110,9 +110,12 @@ def _table_of(path: Path, data: dict[str, Any]) -> dict[str, Any] | None:
 
 
 def find_config(start: Path) -> Path | None:
-    """The nearest ``collapse-doctor.toml`` or ``pyproject.toml`` with our table, walking up from ``start``."""
+    """The nearest ``collapse-doctor.toml`` or ``pyproject.toml`` with our table, walking up from ``start`` (in
+    object storage, up to the prefix that was listed)."""
     directory = start if start.is_dir() else start.parent
     for folder in [directory.resolve(), *directory.resolve().parents]:
+        if getattr(folder, "listed", True) is False:
+            break  # object storage: only the prefixes the run's listing covered (no request per probe above them)
         candidate = folder / CONFIG_FILE
         if candidate.is_file():
             return candidate

@@ -7,6 +7,8 @@ compared with the same command over the local files (the paths aside).
 from __future__ import annotations
 
 import json
+import logging
+import re
 from pathlib import Path
 from typing import Any
 
@@ -71,6 +73,49 @@ def test_scan_of_a_prefix_equals_the_local_scan(runs: dict[str, Path]) -> None:
         assert data["run"]["rollouts"] > 0
     # The TRL dir's scalar log (events) and rollouts were both read from the bucket.
     assert data["run"]["scalar_points"] > 0 and data["findings"]
+
+
+class _Requests(logging.Handler):
+    """The requests the in-process S3 server answers, from werkzeug's access log: ``(method, target, status)``."""
+
+    LINE = re.compile(r'"([A-Z]+) (\S+) HTTP/[\d.]+" (\d{3})')
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: list[tuple[str, str, str]] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        found = self.LINE.search(re.sub(r"\x1b\[[0-9;]*m", "", record.getMessage()))
+        if found:
+            self.seen.append((found[1], found[2], found[3]))
+
+
+def test_a_trl_layout_costs_one_request_per_object(runs: dict[str, Path], s3_server: S3Server) -> None:  # noqa: F811
+    """TRL writes one small completions file per step: each is read whole in one GET (fetched concurrently), the
+    prefix is listed once, nothing is asked twice, and config files are looked for in the listing, not probed."""
+    url = f"s3://{BUCKET}/trl"
+    objects = [k for k in _keys(s3_server) if k.startswith("trl/")]
+    log = logging.getLogger("werkzeug")
+    handler, level = _Requests(), log.level
+    log.addHandler(handler)
+    log.setLevel(logging.INFO)
+    try:
+        remote._LISTINGS = remote._Listings()  # a fresh process: nothing listed yet
+        data = _same_as_local([str(runs["trl"])], [url], runs["trl"], url)
+    finally:
+        log.removeHandler(handler)
+        log.setLevel(level)
+    assert data["verdict"] in ("healthy", "at_risk", "collapsed")
+    scan = [r for r in handler.seen if "list-type" in r[1] or f"/{BUCKET}/trl" in r[1]]
+    gets = [r for r in scan if r[0] == "GET" and "list-type" not in r[1]]
+    lists = [r for r in scan if "list-type" in r[1]]
+    heads = [r for r in scan if r[0] == "HEAD"]
+    read = {target.split("?")[0] for _, target, _ in gets}
+    # Every object read is read once, in one GET; the prefix costs one HEAD (it is no object) and two listings
+    # (is it a prefix, then what is below it); the checkpoint's trainer_state.json is not read (events win).
+    assert len(gets) == len(read) == len(objects) - 1, (len(gets), len(read), len(objects))
+    assert len(lists) == 2 and len(heads) == 1, (lists, heads)
+    assert len(scan) <= len(objects) + 3
 
 
 def test_text_output_equals_the_local_one(runs: dict[str, Path]) -> None:

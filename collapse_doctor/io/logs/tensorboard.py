@@ -34,7 +34,7 @@ from collapse_doctor.core.errors import InputError
 from collapse_doctor.core.scalars import TagPoints
 from collapse_doctor.io.logs.crc32c import NATIVE_CRC, VECTOR_MAX_BYTES, masked_crc32c, masked_crc32c_many
 from collapse_doctor.io.logs.event_fastpath import decode_simple_values
-from collapse_doctor.io.storage.remote import input_path
+from collapse_doctor.io.storage.remote import RemotePath, input_path
 
 __all__ = ["EventFileRead", "ScalarLog", "merge_reads", "read_event_file", "read_from"]
 
@@ -247,7 +247,10 @@ def _tensor_scalar(tensor: object) -> float | None:
 
 
 def read_from(path: Path, start: int) -> bytes:
-    """The bytes of a file from offset ``start`` on: what an incremental reader has not seen yet."""
+    """The bytes of a file from offset ``start`` on: what an incremental reader has not seen yet (of an object in
+    storage: one GET)."""
+    if isinstance(path, RemotePath):
+        return path.read_from(start)
     try:
         with path.open("rb") as handle:
             handle.seek(start)

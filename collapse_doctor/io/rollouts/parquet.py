@@ -47,7 +47,7 @@ from collapse_doctor.core.schema import (
 )
 from collapse_doctor.core.series import CUT_BY_FLAG
 from collapse_doctor.io.storage.paths import expand_paths
-from collapse_doctor.io.storage.remote import RemotePath
+from collapse_doctor.io.storage.remote import RemotePath, parquet_source
 
 BATCH_ROWS = 262_144
 PARQUET_SUFFIXES = (".parquet", ".pq", ".parq")
@@ -99,14 +99,14 @@ def _is_utf8(text: str) -> bool:
     return True
 
 
-def open_parquet(path: Path) -> pq.ParquetFile:
-    """Open a Parquet file, turning pyarrow's errors into one-line :class:`InputError`s."""
-    if isinstance(path, RemotePath):
-        # One ranged handle for the magic bytes and pyarrow (footer, then one column chunk per read).
-        handle = path.open("rb")
-        head = handle.read(4)
-        handle.seek(0)
-        source: Path | Any = handle
+def open_parquet(path: Path, data: bytes | None = None) -> pq.ParquetFile:
+    """Open a Parquet file (``data``: its bytes, fetched already), turning pyarrow's errors into one-line
+    :class:`InputError`s."""
+    if data is not None or isinstance(path, RemotePath):
+        # A small object in one GET; a large one through one ranged handle (footer, then one chunk per read).
+        source: Any = parquet_source(path, data)
+        head = source.read(4)
+        source.seek(0)
     else:
         try:
             with path.open("rb") as local:

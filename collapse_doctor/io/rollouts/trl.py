@@ -23,6 +23,7 @@ from collapse_doctor.core.errors import InputError, SchemaError
 from collapse_doctor.core.schema import channel_column
 from collapse_doctor.io.rollouts.parquet import open_parquet
 from collapse_doctor.io.rollouts.table_run import TableRun, consecutive_groups
+from collapse_doctor.io.storage.remote import prefetch
 
 NOT_REWARDS = frozenset({"step", "advantage", "completion_length", "truncated", "num_tokens", "epoch", "group_id"})
 FILE_NAME = re.compile(r"completions_(\d+)\.parquet")
@@ -52,9 +53,10 @@ def open_trl_completions(
     """Read TRL completions tables into one canonical run."""
     tables = []
     digests: dict[int, str] = {}
+    fetched = prefetch(files)  # objects in storage: one GET each, concurrently
     for path in sorted(files, key=lambda p: (int(m.group(1)) if (m := FILE_NAME.fullmatch(p.name)) else -1, p)):
         try:
-            table = open_parquet(path).read()
+            table = open_parquet(path, fetched.pop(path, None)).read()
         except (pa.ArrowException, OSError) as exc:
             raise InputError(
                 f"{path}: cannot read data ({' '.join(str(exc).split())[:200]})",

@@ -48,6 +48,7 @@ __all__ = [
     "is_url",
     "looks_remote",
     "parquet_source",
+    "prefetch",
     "snapshot_url",
 ]
 
@@ -62,6 +63,15 @@ REMOTE_SCHEMES: dict[str, str] = {
     "hf": "hf",
 }
 """URL schemes read, each with its storage family."""
+WHOLE_OBJECT_BYTES = 4 * 2**20
+"""Objects up to this size are read whole, in one request: a small Parquet file in ranged reads costs a request for
+its magic bytes, its footer length, its footer and each column chunk (nine for TRL's per-step completions files),
+each a round trip of tens of milliseconds on S3, about what 4 MiB take at one connection's throughput. Larger
+objects are read in ranges, so columns no reader needs are never fetched."""
+PREFETCH_THREADS = 16
+"""Concurrent GETs of :func:`prefetch` (requests to object storage are latency-bound; a synchronous filesystem such
+as the Hub's gets its concurrency from the threads, an asynchronous one gathers them on its loop)."""
+
 _PACKAGE = {"s3": "s3fs", "gcs": "gcsfs", "azure": "adlfs", "hf": "huggingface_hub"}
 _ROOT = {"s3": "bucket", "gcs": "bucket", "azure": "container", "hf": "repository"}
 _ENV_PREFIXES = {
@@ -258,10 +268,27 @@ class RemotePath(PosixPath):
             raise remote_error(self, exc) from exc
 
     def info(self) -> dict[str, Any]:
-        """What the storage says about the object or prefix (an InputError when it is missing or unreadable)."""
+        """What the storage says about the object or prefix (an InputError when it is missing or unreadable).
+
+        Below a prefix this process listed (:func:`expand_url`), the listing answers without a request: an object
+        it holds, a prefix above some of them, or nothing (missing)."""
         if self._remote_info is None:
-            self._remote_info = self._query(lambda: dict(self.filesystem.info(self.key)))
+            listed = _LISTINGS.lookup(self)
+            if listed is _ABSENT:
+                raise InputError(
+                    f"{self}: no such object or prefix (not in the listing of {_LISTINGS.covering(self)})",
+                    hint=f"check the key; list {self.parent}/ to see what is there",
+                ) from FileNotFoundError(self.key)
+            if isinstance(listed, dict):
+                self._remote_info = listed
+            else:
+                self._remote_info = self._query(lambda: dict(self.filesystem.info(self.key)))
         return self._remote_info
+
+    @property
+    def listed(self) -> bool:
+        """Whether a listing this process made covers this key (then :meth:`info` needs no request)."""
+        return _LISTINGS.covering(self) is not None
 
     def _lookup(self) -> dict[str, Any] | None:
         """:meth:`info`, or ``None`` where pathlib's ``exists()`` says False (missing, or not ours to see)."""
@@ -328,7 +355,22 @@ class RemotePath(PosixPath):
         return handle
 
     def read_bytes(self) -> bytes:
-        return self._query(lambda: bytes(self.filesystem.cat_file(self.key)))
+        """The whole object in one GET (with its size known, from the listing or :meth:`info`, the read names the
+        range: the filesystem then sends no HEAD first)."""
+        return self.read_from(0)
+
+    def read_from(self, start: int) -> bytes:
+        """The object's bytes from offset ``start`` to its end, in one GET."""
+        size = int(self.info().get("size") or 0)
+        if start >= size:
+            return b""
+        return self._query(lambda: bytes(self.filesystem.cat_file(self.key, start=start, end=size)))
+
+    @property
+    def small(self) -> bool:
+        """Whether the object is read whole (at most :data:`WHOLE_OBJECT_BYTES`): one request instead of the
+        ranged reads of a footer and its column chunks."""
+        return int(self.info().get("size") or 0) <= WHOLE_OBJECT_BYTES
 
     def read_text(self, encoding: str | None = None, errors: str | None = None) -> str:
         return self.read_bytes().decode(encoding or "utf-8", errors or "strict")
@@ -459,6 +501,52 @@ def _exists(root: RemotePath) -> bool:
 # --- listing ------------------------------------------------------------------------------------------------
 
 
+_ABSENT = object()
+
+
+class _Listings:
+    """The prefixes listed in this process, each with the objects below it and the prefixes between them: what
+    :meth:`RemotePath.info` answers from. A new listing of a prefix replaces the old one (``watch`` lists before
+    every scan), so what it says is as fresh as the scan's own view of the run."""
+
+    def __init__(self) -> None:
+        self._by_prefix: dict[tuple[str, str], tuple[dict[str, dict[str, Any]], set[str]]] = {}
+
+    def record(self, scheme: str, prefix: str, objects: dict[str, dict[str, Any]]) -> None:
+        prefix = prefix.rstrip("/")
+        directories = {prefix}
+        for name in objects:
+            parts = name.split("/")
+            for end in range(len(prefix.split("/")), len(parts)):
+                directories.add("/".join(parts[:end]))
+        self._by_prefix[(scheme, prefix)] = (dict(objects), directories)
+
+    def covering(self, path: RemotePath) -> str | None:
+        """The listed prefix (as a URL) whose listing covers ``path``, if any."""
+        key = path.key
+        for scheme, prefix in self._by_prefix:
+            if scheme == path.scheme and (key == prefix or key.startswith(prefix + "/")):
+                return f"{scheme}://{prefix}"
+        return None
+
+    def lookup(self, path: RemotePath) -> dict[str, Any] | object | None:
+        """The listing's info of ``path``, :data:`_ABSENT` when a listing covers it and has nothing there, None when
+        no listing covers it."""
+        key = path.key
+        for (scheme, prefix), (objects, directories) in self._by_prefix.items():
+            if scheme != path.scheme or not (key == prefix or key.startswith(prefix + "/")):
+                continue
+            if key in objects:
+                return dict(objects[key])
+            if key in directories:
+                return {"name": key, "type": "directory", "size": 0}
+            return _ABSENT
+        return None
+
+
+_LISTINGS = _Listings()
+
+
 @dataclass(frozen=True)
 class RemoteListing:
     """What a URL names: one object, a prefix (a directory: the objects below it) or a glob's matches."""
@@ -496,6 +584,7 @@ def expand_url(url: str | Path) -> RemoteListing:
     if info.get("type") != "directory":
         return RemoteListing(files=[path])
     found = path._query(lambda: fs.find(path.key, detail=True))
+    _LISTINGS.record(path.scheme, path.key, {name: dict(i) for name, i in found.items() if i.get("type") == "file"})
     return RemoteListing(files=_files(found, path.scheme), directory=path)
 
 
@@ -521,7 +610,34 @@ def file_signature(path: Path) -> tuple[int, int, str]:
     return stat.st_size, stat.st_mtime_ns, ""
 
 
-def parquet_source(path: Path) -> Path | IO[Any]:
-    """What pyarrow opens a Parquet file from: a local path as it is, an object as a ranged handle (pyarrow then
-    reads the footer and the column chunks it needs, each one ranged request)."""
-    return path.open("rb") if isinstance(path, RemotePath) else path
+def parquet_source(path: Path, data: bytes | None = None) -> Any:
+    """What pyarrow opens a Parquet file from: a local path as it is; a small object (or ``data``, its bytes
+    fetched already) as a buffer, read in one request; a large one as a ranged handle (pyarrow then reads the
+    footer and the column chunks it needs, each one ranged request)."""
+    import pyarrow as pa
+
+    if data is not None:
+        return pa.BufferReader(data)
+    if not isinstance(path, RemotePath):
+        return path
+    return pa.BufferReader(path.read_bytes()) if path.small else path.open("rb")
+
+
+def prefetch(paths: Sequence[Path]) -> dict[Path, bytes]:
+    """The small objects among ``paths`` (local files are left out), fetched concurrently, one GET each: what a
+    reader of many small objects (TRL's one file per step) asks for before it parses them in order. A failure is
+    the reader's to report: the object is then left out and read again where it is parsed."""
+    small = [p for p in paths if isinstance(p, RemotePath) and p.small]
+    if len(small) < 2:
+        return {}
+    from concurrent.futures import ThreadPoolExecutor
+
+    def fetch(path: RemotePath) -> bytes | None:
+        try:
+            return path.read_bytes()
+        except InputError:
+            return None
+
+    with ThreadPoolExecutor(min(PREFETCH_THREADS, len(small)), thread_name_prefix="collapse-doctor-fetch") as pool:
+        fetched = list(pool.map(fetch, small))
+    return {p: data for p, data in zip(small, fetched, strict=True) if data is not None}

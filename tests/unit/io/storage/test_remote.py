@@ -170,3 +170,22 @@ def test_a_listing_that_fails_is_a_change_watch_reports(bucket: dict[str, Any]) 
     [(key, (size, mtime, error))] = remote.snapshot_url(url).items()
     assert (key, size, mtime) == (url, -1, -1)
     assert error.startswith("s3://cd-no-such-bucket/run: no such bucket s3://cd-no-such-bucket")
+
+
+def test_a_listing_answers_for_what_is_below_its_prefix() -> None:
+    """After one listing of s3://b/run, what is below it is known without a request: an object (its size), a prefix
+    above objects, or nothing there; keys outside the prefix are not covered (asked of the storage)."""
+    listings = remote._Listings()
+    listings.record(
+        "s3", "b/run/", {"b/run/completions/c_1.parquet": {"name": "b/run/completions/c_1.parquet", "size": 7}}
+    )
+    at = RemotePath.from_url
+    assert listings.lookup(at("s3://b/run/completions/c_1.parquet")) == {
+        "name": "b/run/completions/c_1.parquet",
+        "size": 7,
+    }
+    assert listings.lookup(at("s3://b/run/completions"))["type"] == "directory"  # type: ignore[index]
+    assert listings.lookup(at("s3://b/run"))["type"] == "directory"  # type: ignore[index]
+    assert listings.lookup(at("s3://b/run/collapse-doctor.toml")) is remote._ABSENT
+    assert listings.lookup(at("s3://b/other.toml")) is None and listings.covering(at("s3://b/other.toml")) is None
+    assert listings.lookup(at("gs://b/run/x")) is None, "another scheme is another storage"
