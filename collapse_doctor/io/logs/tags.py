@@ -159,15 +159,18 @@ MONITOR = "collapse_doctor"
 
 A log with only these tags (``OUTPUT/tensorboard`` of a retrain) is recognised as framework ``collapse_doctor``.
 """
+_OWN = r"(?:train/)?collapse_doctor/"
+"""The monitor's own events say ``collapse_doctor/...``; through the trainer's ``log`` they reach TensorBoard, W&B
+and Trackio as ``train/collapse_doctor/...`` (transformers' prefix) and MLflow as they are."""
 MONITOR_RULES = _rules(
     [
-        (r"collapse_doctor/advantage_std", ADVANTAGE_STD),
-        (r"collapse_doctor/zero_variance_group_share", ZERO_STD_SHARE),
-        (r"collapse_doctor/zero_variance_share", ZERO_STD_SHARE),  # written before: a path prefix of the next
-        (r"collapse_doctor/rel_gain/(?P<ch>[^/]+)", CHANNEL_REL_GAIN + "{ch}"),
-        (r"collapse_doctor/signal_share/(?P<ch>[^/]+)", CHANNEL_SIGNAL_SHARE + "{ch}"),
-        (r"collapse_doctor/weight/(?P<ch>[^/]+)", CHANNEL_WEIGHT + "{ch}"),
-        (r"collapse_doctor/zero_variance_share/(?P<ch>[^/]+)", CHANNEL_ZERO_VAR_SHARE + "{ch}"),
+        (_OWN + r"advantage_std", ADVANTAGE_STD),
+        (_OWN + r"zero_variance_group_share", ZERO_STD_SHARE),
+        (_OWN + r"zero_variance_share", ZERO_STD_SHARE),  # written before: a path prefix of the next
+        (_OWN + r"rel_gain/(?P<ch>[^/]+)", CHANNEL_REL_GAIN + "{ch}"),
+        (_OWN + r"signal_share/(?P<ch>[^/]+)", CHANNEL_SIGNAL_SHARE + "{ch}"),
+        (_OWN + r"weight/(?P<ch>[^/]+)", CHANNEL_WEIGHT + "{ch}"),
+        (_OWN + r"zero_variance_share/(?P<ch>[^/]+)", CHANNEL_ZERO_VAR_SHARE + "{ch}"),
     ]
 )
 

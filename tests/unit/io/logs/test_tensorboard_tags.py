@@ -137,3 +137,17 @@ def test_unknown_tags_are_a_warning(tmp_path: Path) -> None:
     diagnosis = diagnose([tmp_path], ScanOptions.of(device="cpu"))
     assert diagnosis.run.scalar_framework is None and diagnosis.findings == ()
     assert any("no TRL, verl, OpenRLHF or NeMo-RL tags recognised" in w for w in diagnosis.run.warnings)
+
+
+def test_the_monitors_series_are_read_with_or_without_the_trainers_prefix() -> None:
+    """The callback's scalars go through the trainer's log: TensorBoard, W&B and Trackio get them as
+    ``train/collapse_doctor/...``, MLflow as they are; both are the monitor's series."""
+    from collapse_doctor.io.logs.tags import MONITOR, map_tags
+
+    mapped = map_tags(
+        ["train/collapse_doctor/rel_gain/fmt", "collapse_doctor/signal_share/fmt", "train/other/rel_gain/fmt"], MONITOR
+    )
+    assert mapped == {
+        "channel_rel_gain/fmt": "train/collapse_doctor/rel_gain/fmt",
+        "channel_signal_share/fmt": "collapse_doctor/signal_share/fmt",
+    }
