@@ -259,7 +259,7 @@ def test_without_the_remote_extra(monkeypatch: pytest.MonkeyPatch) -> None:
     line = _error(["scan", f"s3://{BUCKET}/canonical/", *CPU])
     assert line == (
         f"error: s3://{BUCKET}/canonical: reading s3:// URLs needs the s3fs package (not installed). "
-        "Hint: pip install 'collapse-doctor[remote]'\n"
+        "Hint: pip install 'collapse-doctor[s3]' ('collapse-doctor[remote]': every cloud)\n"
     )
 
 

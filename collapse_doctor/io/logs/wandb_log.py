@@ -13,7 +13,7 @@ anything is synced. It is read here without wandb's network API and without star
   wandb ships (``wandb.proto.wandb_internal_pb2``, which picks the generated code for the installed protobuf
   major version; the ``trackers`` extra). Importing it loads the ``wandb`` package (about 0.4 s, no thread,
   no service, no network; docs/input-formats.md); without it the file is an error naming it with the hint
-  ``pip install 'collapse-doctor[trackers]'``.
+  ``pip install 'collapse-doctor[wandb]'`` (``trackers`` includes it).
 - **Values**: history rows (``wandb.log``) hold items keyed by ``key`` or by ``nested_key`` parts (a nested
   dict logged as ``{"a": {"b": 1}}``), joined with ``/``. A value is in the typed ``value`` oneof (``number``,
   ``integer``, ``json``) or in the legacy ``value_json``; numbers (NaN and infinities included) are kept,
@@ -64,7 +64,7 @@ IDENT, MAGIC, VERSION = b":W&B", 0xBEE1, 0
 BLOCK = 32 * 1024
 CHUNK = struct.Struct("<IHB")
 FULL, FIRST, MIDDLE, LAST = 1, 2, 3, 4
-INSTALL_HINT = "pip install 'collapse-doctor[trackers]' (wandb's record definitions; nothing is sent anywhere)"
+INSTALL_HINT = "pip install 'collapse-doctor[wandb]' (wandb's record definitions; nothing is sent anywhere)"
 _TYPE_CRC = {t: zlib.crc32(bytes([t])) for t in (FULL, FIRST, MIDDLE, LAST)}
 
 

@@ -455,7 +455,7 @@ def filesystem(path: RemotePath) -> AbstractFileSystem:
     except ImportError as exc:
         raise InputError(
             f"{path}: reading {path.scheme}:// URLs needs the {package} package (not installed)",
-            hint="pip install 'collapse-doctor[remote]'",
+            hint=f"pip install 'collapse-doctor[{family}]' ('collapse-doctor[remote]': every cloud)",
         ) from exc
     except Exception as exc:
         raise remote_error(path, exc) from exc

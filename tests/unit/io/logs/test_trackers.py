@@ -298,7 +298,7 @@ def test_a_file_without_the_wandb_header_is_an_error(tmp_path: Path) -> None:
 def test_without_wandb_installed_the_hint_names_the_extra(corpus: Corpus, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "wandb.proto", None)
     monkeypatch.setitem(sys.modules, "wandb.proto.wandb_internal_pb2", None)
-    with pytest.raises(InputError, match=r"pip install 'collapse-doctor\[trackers\]'"):
+    with pytest.raises(InputError, match=r"pip install 'collapse-doctor\[wandb\]'"):
         read_wandb_log(_wandb_file(corpus, "trl-collapsed"))
 
 
