@@ -442,9 +442,9 @@ class CollapseDoctorCallback(TrainerCallback):  # type: ignore[misc,unused-ignor
                 self._guarded("saying why it stops", lambda: self._say(self._stop_line(state)))
         return control
 
-    def _say(self, line: str) -> None:
+    def _say(self, line: str | None) -> None:
         """Print one line through ``print_finding``, on the main process only (the one that writes and checks)."""
-        if self.print_finding is not None and self.monitor is not None and self.monitor.enabled:
+        if line is not None and self.print_finding is not None and self.monitor is not None and self.monitor.enabled:
             self.print_finding(line)
 
     def _stop_line(self, state: Any) -> str:
@@ -500,9 +500,8 @@ class CollapseDoctorCallback(TrainerCallback):  # type: ignore[misc,unused-ignor
         if self.monitor is not None:
             self._guarded("closing the rollouts", self.monitor.close)
             self._guarded("checking the run", self._check)  # the last steps, and what the budget skipped
-            line = self._guarded("summing up", self._summary_line) if self.summary else None
-            if line is not None:
-                self._say(line)
+            if self.summary:  # the user's print_finding too must not break the end of training
+                self._guarded("summing up", lambda: self._say(self._summary_line()))
         return control
 
 

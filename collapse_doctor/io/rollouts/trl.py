@@ -53,21 +53,22 @@ def open_trl_completions(
     """Read TRL completions tables into one canonical run."""
     tables = []
     digests: dict[int, str] = {}
-    fetched = prefetch(files)  # objects in storage: one GET each, concurrently
-    for path in sorted(files, key=lambda p: (int(m.group(1)) if (m := FILE_NAME.fullmatch(p.name)) else -1, p)):
-        try:
-            table = open_parquet(path, fetched.pop(path, None)).read()
-        except (pa.ArrowException, OSError) as exc:
-            raise InputError(
-                f"{path}: cannot read data ({' '.join(str(exc).split())[:200]})",
-                hint="the file may be truncated or corrupt; if TRL is still writing it, wait for it to be closed",
-            ) from exc
-        if "step" not in table.column_names:
-            found = FILE_NAME.fullmatch(path.name)
-            step = int(found.group(1)) if found else 0
-            table = table.append_column("step", pa.array(np.full(table.num_rows, step, dtype=np.int64)))
-        tables.append(table)
-        digests.update(_step_digest(table))
+    ordered = sorted(files, key=lambda p: (int(m.group(1)) if (m := FILE_NAME.fullmatch(p.name)) else -1, p))
+    with prefetch(ordered) as fetched:  # objects in storage: one GET each, concurrently, parsed as they arrive
+        for path in ordered:
+            try:
+                table = open_parquet(path, fetched(path)).read()
+            except (pa.ArrowException, OSError) as exc:
+                raise InputError(
+                    f"{path}: cannot read data ({' '.join(str(exc).split())[:200]})",
+                    hint="the file may be truncated or corrupt; if TRL is still writing it, wait for it to be closed",
+                ) from exc
+            if "step" not in table.column_names:
+                found = FILE_NAME.fullmatch(path.name)
+                step = int(found.group(1)) if found else 0
+                table = table.append_column("step", pa.array(np.full(table.num_rows, step, dtype=np.int64)))
+            tables.append(table)
+            digests.update(_step_digest(table))
     table = pa.concat_tables(tables, promote_options="permissive")
     label = files[0].parent
     if reward_cols:

@@ -26,7 +26,7 @@ import logging
 import os
 import re
 import stat as stat_module
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path, PosixPath
@@ -623,13 +623,16 @@ def parquet_source(path: Path, data: bytes | None = None) -> Any:
     return pa.BufferReader(path.read_bytes()) if path.small else path.open("rb")
 
 
-def prefetch(paths: Sequence[Path]) -> dict[Path, bytes]:
-    """The small objects among ``paths`` (local files are left out), fetched concurrently, one GET each: what a
-    reader of many small objects (TRL's one file per step) asks for before it parses them in order. A failure is
-    the reader's to report: the object is then left out and read again where it is parsed."""
+@contextlib.contextmanager
+def prefetch(paths: Sequence[Path]) -> Iterator[Callable[[Path], bytes | None]]:
+    """Fetch the small objects among ``paths`` concurrently, one GET each, while the reader parses them in its own
+    order: yields ``fetched(path)``, the object's bytes once they arrived (None for a local file, a large object,
+    or one whose fetch failed: the reader then reads it itself and reports what fails). What a reader of many small
+    objects (TRL's one file per step) uses, so parsing overlaps the requests still in flight."""
     small = [p for p in paths if isinstance(p, RemotePath) and p.small]
     if len(small) < 2:
-        return {}
+        yield lambda path: None
+        return
     from concurrent.futures import ThreadPoolExecutor
 
     def fetch(path: RemotePath) -> bytes | None:
@@ -639,5 +642,14 @@ def prefetch(paths: Sequence[Path]) -> dict[Path, bytes]:
             return None
 
     with ThreadPoolExecutor(min(PREFETCH_THREADS, len(small)), thread_name_prefix="collapse-doctor-fetch") as pool:
-        fetched = list(pool.map(fetch, small))
-    return {p: data for p, data in zip(small, fetched, strict=True) if data is not None}
+        pending: dict[Path, Any] = {p: pool.submit(fetch, p) for p in small}
+
+        def fetched(path: Path) -> bytes | None:
+            future = pending.pop(path, None)
+            return None if future is None else future.result()
+
+        try:
+            yield fetched
+        finally:
+            for future in pending.values():
+                future.cancel()

@@ -296,3 +296,16 @@ def test_bad_arguments_are_one_line_errors() -> None:
         CollapseDoctorCallback(fail_on="sometimes")
     with pytest.raises(UsageError, match="write_every=0"):
         CollapseDoctorCallback(write_every=0)
+
+
+def test_a_print_finding_that_raises_never_breaks_training(tmp_path: Path) -> None:
+    """The user's own sink failing (a closed stream) is the callback's fault to contain: one warning, training ends."""
+
+    def closed(line: str) -> None:
+        raise ValueError("I/O operation on closed file")
+
+    callback = CollapseDoctorCallback(write_every=2, print_finding=closed, check_budget=1.0)
+    trainer = make_trainer(tmp_path / "out", steps=4, callbacks=[callback])
+    with pytest.warns(CollapseDoctorWarning, match="closed file"):
+        train(trainer)
+    assert trainer.state.global_step == 4, "training ran to the end"
