@@ -25,7 +25,7 @@ import numpy as np
 
 from collapse_doctor.core.config import GATE_KEYS
 from collapse_doctor.core.errors import CollapseDoctorError, UsageError
-from collapse_doctor.core.findings import Finding, Severity, check_fail_on, plain
+from collapse_doctor.core.findings import VERDICT_ORDER, Finding, Severity, check_fail_on, plain
 
 if TYPE_CHECKING:
     from collapse_doctor.core.config import Config
@@ -599,8 +599,11 @@ def regression_gate(baseline: ComparedRun, run: ComparedRun, settings: GateSetti
       have at or above ``fail_on`` (a finding the baseline shares is not a regression);
     - ``zero-advantage share``: the run's signal budget share minus the baseline's exceeds
       ``zero_advantage_margin`` (absolute); with rollouts on one side only it is not compared, and fails;
-    - ``rel_gain``: per channel of both runs, the run's rel_gain (now) is below the baseline's times
-      ``1 - rel_gain_margin``.
+    - ``verdict``: the run's verdict is worse than the baseline's (not with ``fail_on="never"``);
+    - ``escalated findings``: a finding the baseline shares is more severe in the run;
+    - ``rel_gain``: per channel of the baseline that still ranks (rel_gain now above 0), the run's rel_gain (now)
+      is below the baseline's times ``1 - rel_gain_margin``, or the run has no such channel or no value of it now
+      (not compared, and that counts against the run).
     """
     level = settings.fail_on
     criteria: list[GateCriterion] = []
@@ -633,10 +636,25 @@ def regression_gate(baseline: ComparedRun, run: ComparedRun, settings: GateSetti
                 else "as on the baseline",
             )
         )
+    if level != "never" and "inconclusive" not in (b.verdict, r.verdict):
+        worse = VERDICT_ORDER.index(r.verdict) > VERDICT_ORDER.index(b.verdict)
+        criteria.append(
+            GateCriterion(
+                "verdict",
+                "verdict change",
+                b.verdict,
+                r.verdict,
+                "no worse",
+                worse,
+                f"{b.verdict} -> {r.verdict}" if worse else "no worse than the baseline",
+            )
+        )
     failing_run = r.failing(level)
-    baseline_keys = {finding_key(f) for f in b.failing(level)}
-    new = tuple(f for f in failing_run if finding_key(f) not in baseline_keys)
-    shared = tuple(f for f in failing_run if finding_key(f) in baseline_keys)
+    baseline_worst: dict[tuple[str, tuple[str, ...]], Severity] = {}
+    for f in b.failing(level):
+        baseline_worst[finding_key(f)] = max(f.severity, baseline_worst.get(finding_key(f), f.severity))
+    new = tuple(f for f in failing_run if finding_key(f) not in baseline_worst)
+    shared = tuple(f for f in failing_run if finding_key(f) in baseline_worst)
     shown = ", ".join(f"{f.code}{_channels(f)}" for f in new) or "none"
     criteria.append(
         GateCriterion(
@@ -649,6 +667,27 @@ def regression_gate(baseline: ComparedRun, run: ComparedRun, settings: GateSetti
             f"new: {shown}" + (f"; shared: {len(shared)}" if shared else ""),
         )
     )
+    # A finding the baseline shares is no regression at the baseline's severity; a worse one is.
+    escalated = tuple(f for f in shared if f.severity > baseline_worst[finding_key(f)])
+    if shared:
+        criteria.append(
+            GateCriterion(
+                "escalated_findings",
+                "shared findings",
+                len(shared),
+                len(escalated),
+                "none more severe",
+                bool(escalated),
+                "escalated: "
+                + (
+                    ", ".join(
+                        f"{f.code}{_channels(f)} {baseline_worst[finding_key(f)].label} -> {f.severity.label}"
+                        for f in escalated
+                    )
+                    or "none"
+                ),
+            )
+        )
     base_zero, run_zero = _zero_share(b), _zero_share(r)
     if base_zero is not None and run_zero is not None:
         limit = base_zero + settings.zero_advantage_margin
@@ -679,12 +718,32 @@ def regression_gate(baseline: ComparedRun, run: ComparedRun, settings: GateSetti
                 f"not compared: no rollouts in {where}" + (" (counts against the run)" if one_side else ""),
             )
         )
-    base_rows = {row["channel"]: row for row in b.channel_table()}
-    for row in r.channel_table():
-        channel = row["channel"]
-        base_row = base_rows.get(channel)
-        base_now, run_now = _number((base_row or {}).get("rel_gain_now")), _number(row.get("rel_gain_now"))
-        if base_now is None or run_now is None or base_now < REL_GAIN_FLOOR:
+    run_rows = {row["channel"]: row for row in r.channel_table()}
+    for base_row in b.channel_table():
+        channel = base_row["channel"]
+        row = run_rows.get(channel)
+        base_now, run_now = _number(base_row.get("rel_gain_now")), _number((row or {}).get("rel_gain_now"))
+        if base_now is None or base_now < REL_GAIN_FLOOR:
+            continue  # the baseline's channel ranks nothing now: the run cannot be worse on it
+        if run_now is None:  # a channel the gate cannot compare counts against the run
+            missing = row is None
+            others = sorted(set(run_rows) - {c["channel"] for c in b.channel_table()})
+            criteria.append(
+                GateCriterion(
+                    "rel_gain",
+                    f"rel_gain now of `{channel}`",
+                    base_now,
+                    None,
+                    base_now * (1.0 - settings.rel_gain_margin),
+                    True,
+                    (
+                        "not compared: the run has no channel of this name"
+                        + (f" (it has {', '.join(f'`{c}`' for c in others)}: renamed?)" if others else "")
+                        if missing
+                        else "not compared: the channel has no value now in the run (its reward stopped?)"
+                    ),
+                )
+            )
             continue
         limit = base_now * (1.0 - settings.rel_gain_margin)
         change = run_now / base_now - 1.0

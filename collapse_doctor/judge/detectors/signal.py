@@ -261,12 +261,15 @@ class RelGainDecay(Detector):
 
 @register
 class SparseChannel(Detector):
-    """A reward channel applies to few rollouts (None elsewhere): its statistics rest on little data.
+    """A reward channel applies to few rollouts (None elsewhere), or stopped: its statistics rest on little data.
 
     What it detects
         The share of rollouts on which a channel has a value (TRL's reward functions return None where
         they do not apply). It reports a channel that applies to less than `max_applies` of the rollouts,
-        with the number of groups in which it can rank at all.
+        with the number of groups in which it can rank at all. A channel that had a value for a sustained
+        stretch (the persistence window) and then has none at any step to the end of the run, for the
+        persistence window or longer, stopped: a warning (a reward function that now fails or times out
+        and returns None, a judge that went away), with the step it stopped at.
 
     Why it matters
         A channel that applies to 8% of the rollouts ranks only the few groups where two or more
@@ -295,9 +298,11 @@ class SparseChannel(Detector):
         if series.num_steps == 0:
             return []
         applies = applies_share(series)
-        findings = []
+        findings: list[Finding] = []
+        stopped = self._stopped(ctx)
+        findings += stopped.values()
         for k, channel in enumerate(series.channels):
-            if not applies[k] < ctx.threshold(self.code, "max_applies"):
+            if channel in stopped or not applies[k] < ctx.threshold(self.code, "max_applies"):
                 continue
             groups = nanmedian(series["channel_groups"][:, k])
             varies = 1.0 - nanmedian(series["channel_zero_var_share"][:, k])
@@ -321,3 +326,44 @@ class SparseChannel(Detector):
                 )
             )
         return findings
+
+    def _stopped(self, ctx: DetectionContext) -> dict[str, Finding]:
+        """The channels that had values for a sustained stretch and then none at any step to the end."""
+        series = ctx.series
+        persist = ctx.persistence
+        out = {}
+        rows = series["channel_rows"]
+        for k, channel in enumerate(series.channels):
+            has = np.nan_to_num(rows[:, k]) > 0
+            if not has.any():
+                continue
+            stop = int(np.flatnonzero(has)[-1]) + 1  # the first step of the silence that lasts to the end
+            if series.num_steps - stop < persist or ctx.sustained(has[:stop]) is None:
+                continue
+            before = float(np.nansum(rows[:stop, k]) / max(float(np.nansum(series["valid_rows"][:stop])), 1.0))
+            first, last, until = int(series.steps[stop]), int(series.steps[-1]), int(series.steps[stop - 1])
+            silent_rows = int(np.nansum(series["valid_rows"][stop:]))
+            out[channel] = self.finding(
+                ctx,
+                (stop, series.num_steps - 1),
+                severity=Severity.WARNING,
+                title=f"`{channel}` stopped: no value since step {first}",
+                message=(
+                    f"`{channel}` had a value on {pct(before)} of the rollouts until step {until} "
+                    f"and has none on the {silent_rows:,} rollouts of steps {first}-{last}: "
+                    "the reward function returns None (or is no longer called) for every completion, so the run "
+                    "trains on the other channels alone since then."
+                ),
+                channels=(channel,),
+                evidence={
+                    "applies_share_before": before,
+                    "last_step_with_value": until,
+                    "rollouts_without_value": silent_rows,
+                },
+                remedy=(
+                    "check the reward function's errors and timeouts since that step (a judge or sandbox that fails "
+                    "and returns None); restart from a checkpoint before it once it is fixed"
+                ),
+                gdpo_resolves=gdpo_counterfactual(ctx, False),
+            )
+        return out

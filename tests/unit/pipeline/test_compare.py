@@ -220,8 +220,47 @@ def test_a_run_equal_to_its_baseline_passes_every_criterion() -> None:
     result = gate(d, d)
     assert not result["failed"]
     names = {name for name, _ in result["criteria"]}
-    assert names == {"judged", "coverage", "new_findings", "zero_advantage_share", "rel_gain"}
+    assert names == {
+        "judged",
+        "coverage",
+        "verdict",
+        "new_findings",
+        "escalated_findings",
+        "zero_advantage_share",
+        "rel_gain",
+    }
     assert [f.code for f in result["result"].shared_findings] == ["CD402"]
+
+
+def test_a_shared_finding_that_escalates_and_a_worse_verdict_fail_the_gate() -> None:
+    """CD201 warning in the baseline, critical in the run: shared, so not new, but worse; the verdict goes
+    at_risk -> collapsed."""
+    base = diagnosis(findings=(finding("CD201", severity=Severity.WARNING),))
+    run = diagnosis(findings=(finding("CD201", severity=Severity.CRITICAL),), verdict="collapsed")
+    result = gate(base, run)
+    criteria = result["criteria"]
+    assert result["failed"] and not criteria[("new_findings", "findings >= warning")].failed
+    escalated = criteria[("escalated_findings", "shared findings")]
+    assert escalated.failed and escalated.detail == "escalated: CD201 warning -> critical"
+    verdict = criteria[("verdict", "verdict change")]
+    assert verdict.failed and verdict.detail == "at_risk -> collapsed"
+    better = gate(run, base)
+    assert not better["failed"], "a run better than its baseline passes"
+
+
+def test_a_channel_the_run_lost_or_renamed_fails_the_gate() -> None:
+    """Every baseline channel that still ranks is compared: missing, renamed or without a value now, it counts
+    against the run, never as ok."""
+    base = diagnosis(rel_gain_now={"format": 0.8, "correct": 0.4})
+    renamed = gate(base, diagnosis(rel_gain_now={"format": 0.8, "answer": 0.4}))["criteria"]
+    lost = renamed[("rel_gain", "rel_gain now of `correct`")]
+    assert lost.failed and lost.run is None
+    assert lost.detail == "not compared: the run has no channel of this name (it has `answer`: renamed?)"
+    dead = diagnosis(rel_gain_now={"format": 0.8, "correct": float("nan")})
+    stopped = gate(base, dead)["criteria"][("rel_gain", "rel_gain now of `correct`")]
+    assert stopped.failed and "no value now" in stopped.detail
+    floor = gate(diagnosis(rel_gain_now={"format": 0.8, "correct": 0.0}), diagnosis(rel_gain_now={"format": 0.8}))
+    assert ("rel_gain", "rel_gain now of `correct`") not in floor["criteria"], "a channel that ranks nothing"
 
 
 def test_zero_advantage_share_fails_beyond_the_absolute_margin() -> None:
