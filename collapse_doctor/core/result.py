@@ -117,7 +117,14 @@ REQUIREMENTS = {
     "scalars": "needs a scalar log (events, trainer_state, verl JSONL)",
 }
 """What a detector may require, and the reason a skipped detector shows when a run lacks it."""
-_LACKS = {"rollouts": "rollouts", "scalars": "a scalar log", "logged_advantage": "logged advantages"}
+LACKS_SERIES = "the scalar log has none of the series it reads: "
+"""The start of the reason a scalar detector is skipped for: its log lacks what it reads (``entropy``, ``kl``...)."""
+_LACKS = {
+    "rollouts": "rollouts",
+    "scalars": "a scalar log",
+    "series": "a series the scalar log lacks",
+    "logged_advantage": "logged advantages",
+}
 
 
 @dataclass(frozen=True)
@@ -167,14 +174,15 @@ class Diagnosis:
 
     def coverage(self) -> dict[str, Any]:
         """What the verdict rests on: the sources read, how many of the selected checks ran, and why the others
-        did not (``{"rollouts": n, "scalars": n, "logged_advantage": n, "data": n}``, "data": too little of it).
+        did not (``{"rollouts": n, "scalars": n, "series": n, "logged_advantage": n, "data": n}``: what the run lacks;
+        "series": a series of the scalar log the check reads, "data": too little of it).
 
         A verdict that rests on part of the checks says so wherever it is shown (:func:`coverage_clause`).
         """
         lacks = {key: 0 for key in (*_LACKS, "data")}
         reasons = {reason: key for key, reason in REQUIREMENTS.items()}
         for reason in self.skipped.values():
-            lacks[reasons.get(reason, "data")] += 1
+            lacks[reasons.get(reason, "series" if reason.startswith(LACKS_SERIES) else "data")] += 1
         has_rollouts, has_scalars = bool(self.run.rollouts), self.scalars is not None
         sources = (
             "rollouts and a scalar log"

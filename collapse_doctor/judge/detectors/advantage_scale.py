@@ -62,6 +62,7 @@ class AdvantageStdShift(ScalarDetector):
     """
 
     code = "CD501"
+    reads: ClassVar[tuple[tuple[str, ...], ...]] = ((S.ADVANTAGE_STD, S.REWARD_STD),)
     name = "advantage std shift"
     default_severity = Severity.WARNING
     thresholds: ClassVar[Mapping[str, float]] = {
@@ -210,6 +211,7 @@ class LoggedAdvantageBound(ScalarDetector):
     """
 
     code = "CD506"
+    reads: ClassVar[tuple[tuple[str, ...], ...]] = ((S.ADVANTAGE_MAX, S.ADVANTAGE_MIN),)
     name = "logged advantage bound"
     default_severity = Severity.WARNING
     thresholds: ClassVar[Mapping[str, float]] = {"group_size": 8, "tolerance": 0.05, "min_points": MIN_POINTS}

@@ -57,6 +57,7 @@ class ChannelStdSaturation(ScalarDetector):
     """
 
     code = "CD505"
+    reads: ClassVar[tuple[tuple[str, ...], ...]] = ((S.CHANNEL_STD,),)
     name = "channel std saturation"
     default_severity = Severity.WARNING
     targets = "channel"

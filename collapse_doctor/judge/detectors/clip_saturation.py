@@ -64,6 +64,9 @@ class ClipSaturation(ScalarDetector):
     """
 
     code = "CD508"
+    reads: ClassVar[tuple[tuple[str, ...], ...]] = (
+        (S.CLIP_RATIO, S.CLIP_RATIO_LOW, S.CLIP_RATIO_HIGH, S.CLIP_RATIO_DUAL),
+    )
     name = "clip saturation"
     default_severity = Severity.WARNING
     thresholds: ClassVar[Mapping[str, float]] = {

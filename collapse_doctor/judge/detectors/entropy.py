@@ -119,6 +119,7 @@ class EntropyCollapse(ScalarDetector):
     """
 
     code = "CD503"
+    reads: ClassVar[tuple[tuple[str, ...], ...]] = ((S.ENTROPY,),)
     name = "entropy collapse"
     default_severity = Severity.WARNING
     thresholds: ClassVar[Mapping[str, float]] = {

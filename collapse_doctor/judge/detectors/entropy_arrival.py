@@ -59,6 +59,7 @@ class EntropyArrival(ScalarDetector):
     """
 
     code = "CD511"
+    reads: ClassVar[tuple[tuple[str, ...], ...]] = ((S.ENTROPY,),)
     name = "entropy arrival"
     default_severity = Severity.WARNING
     thresholds: ClassVar[Mapping[str, float]] = {

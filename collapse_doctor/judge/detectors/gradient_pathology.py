@@ -68,6 +68,7 @@ class GradientPathology(ScalarDetector):
     """
 
     code = "CD509"
+    reads: ClassVar[tuple[tuple[str, ...], ...]] = ((S.GRAD_NORM,),)
     name = "gradient pathology"
     default_severity = Severity.WARNING
     thresholds: ClassVar[Mapping[str, float]] = {

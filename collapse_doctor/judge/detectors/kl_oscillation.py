@@ -45,6 +45,7 @@ class KlOscillation(ScalarDetector):
     """
 
     code = "CD502"
+    reads: ClassVar[tuple[tuple[str, ...], ...]] = ((S.KL,),)
     name = "KL oscillation"
     default_severity = Severity.WARNING
     thresholds: ClassVar[Mapping[str, float]] = {

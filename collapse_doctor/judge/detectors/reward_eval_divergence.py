@@ -82,6 +82,7 @@ class RewardEvalDivergence(ScalarDetector):
     """
 
     code = "CD510"
+    reads: ClassVar[tuple[tuple[str, ...], ...]] = ((S.EVAL_SCORE,), (S.REWARD,))
     name = "reward/eval divergence"
     default_severity = Severity.WARNING
     thresholds: ClassVar[Mapping[str, float]] = {

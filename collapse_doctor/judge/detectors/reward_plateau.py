@@ -62,6 +62,7 @@ class RewardPlateau(ScalarDetector):
     """
 
     code = "CD507"
+    reads: ClassVar[tuple[tuple[str, ...], ...]] = ((S.REWARD, S.EVAL_SCORE),)
     name = "reward plateau"
     default_severity = Severity.WARNING
     thresholds: ClassVar[Mapping[str, float]] = {

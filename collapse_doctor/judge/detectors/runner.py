@@ -6,11 +6,16 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from collapse_doctor.core.findings import Finding, Severity
+from collapse_doctor.core.result import LACKS_SERIES
 from collapse_doctor.judge.detectors.base import REGISTRY, REQUIREMENTS, DetectionContext, NotEnoughData
 
 
-def missing_requirement(ctx: DetectionContext, requires: Sequence[str]) -> str | None:
-    """The reason a detector cannot run on this run, or ``None`` when everything it requires is there."""
+def missing_requirement(
+    ctx: DetectionContext, requires: Sequence[str], reads: Sequence[Sequence[str]] = ()
+) -> str | None:
+    """The reason a detector cannot run on this run, or ``None`` when everything it requires is there: its
+    sources (``requires``) and, for a scalar detector, one series of each group it ``reads`` (a name ending in
+    ``/`` is a per-channel prefix: any channel's series)."""
     present = {
         "rollouts": bool(ctx.run.rollouts),
         "logged_advantage": ctx.run.logged_advantage,
@@ -19,6 +24,12 @@ def missing_requirement(ctx: DetectionContext, requires: Sequence[str]) -> str |
     for need in requires:
         if not present[need]:
             return REQUIREMENTS[need]
+    if ctx.scalars is not None:
+        names = tuple(ctx.scalars.series)
+        for group in reads:
+            if not any(n.startswith(g) if g.endswith("/") else n == g for g in group for n in names):
+                shown = ", ".join(f"{g}<channel>" if g.endswith("/") else g for g in group)
+                return f"{LACKS_SERIES}{shown} (none of its tags is in the log; docs/input-formats.md, Tag maps)"
     return None
 
 
@@ -28,7 +39,7 @@ def run_detectors(ctx: DetectionContext, codes: Sequence[str]) -> tuple[list[Fin
     skipped: dict[str, str] = {}
     for code in codes:
         detector = REGISTRY[code]
-        reason = missing_requirement(ctx, detector.requires)
+        reason = missing_requirement(ctx, detector.requires, getattr(detector, "reads", ()))
         if reason is None and "rollouts" in detector.requires and ctx.series.num_steps < ctx.min_steps:
             steps = ctx.series.num_steps
             reason = f"not enough data to judge: {steps} step{'s' if steps != 1 else ''} of rollouts, a sustained "

@@ -66,6 +66,9 @@ class ScalarDetector(Detector):
     """Shared helpers: support, persistence, smoothing and the early reference level on one scalar series."""
 
     requires: ClassVar[tuple[str, ...]] = ("scalars",)
+    reads: ClassVar[tuple[tuple[str, ...], ...]] = ()
+    """Canonical series the detector reads: one of each group must be in the log, or it is skipped as lacking
+    them (not judged: a log without entropy says nothing about entropy collapse)."""
 
     def minimum(self, ctx: DetectionContext, key: str = "min_points") -> int:
         return int(ctx.threshold(self.code, key))

@@ -88,6 +88,7 @@ class ZeroStdShare(ScalarDetector):
     """
 
     code = "CD504"
+    reads: ClassVar[tuple[tuple[str, ...], ...]] = ((S.ZERO_STD_SHARE,),)
     name = "zero-std group share"
     default_severity = Severity.WARNING
     thresholds: ClassVar[Mapping[str, float]] = {"warn_share": 0.5, "critical_share": 0.8, "min_points": MIN_POINTS}

@@ -34,10 +34,11 @@ def test_trl_output_dir_combines_completions_and_events(tmp_path: Path) -> None:
     assert diagnosis.run.algorithm == "grpo"  # the logged advantage matches the recomputation
     assert diagnosis.run.scalar_points == 200 * 11 and diagnosis.run.scalar_framework == "trl"
     assert diagnosis.scalars is not None
-    # rollout detectors and CD5xx both ran; CD104 says why it cannot judge (this log has no clipped-ratio tag)
-    assert set(diagnosis.skipped) <= {"CD104"} and "truncated share" in diagnosis.skipped.get(
-        "CD104", "truncated share"
-    )
+    # rollout detectors and CD5xx both ran; CD104 says why it cannot judge (this log has no clipped-ratio tag), and
+    # the scalar checks whose series the log lacks (no advantage max/min, clip ratios or eval score) are named
+    assert set(diagnosis.skipped) <= {"CD104", "CD506", "CD508", "CD510"}
+    assert "truncated share" in diagnosis.skipped.get("CD104", "truncated share")
+    assert all(diagnosis.skipped[c].startswith("the scalar log has none of") for c in ("CD506", "CD508", "CD510"))
     data = json.loads(diagnosis.to_json())
     jsonschema.validate(data, json.loads((REPO_ROOT / "docs" / "scan-output.schema.json").read_text()))
     assert data["run"]["scalar_points"] == 200 * 11 and "scalars" in data

@@ -412,3 +412,19 @@ def test_trainer_state_bookkeeping_is_not_a_restart(tmp_path: Path) -> None:
     write_trainer_state(tmp_path / "out", history)
     assert not [w for w in scan(tmp_path / "out").run.warnings if "twice" in w or "restart" in w]
     assert json.loads((tmp_path / "out" / "checkpoint-20" / "trainer_state.json").read_text())["global_step"] == 20
+
+
+def test_a_scalar_log_no_check_can_read_is_inconclusive(tmp_path: Path) -> None:
+    """An event file whose only tag is unrecognised: no scalar check has what it reads, no rollout check has
+    rollouts, so nothing judged the run: INCONCLUSIVE (exit 1 under the gate), not HEALTHY; the coverage says why."""
+    from tests.helpers.scalar_runs import scalar_event, write_raw
+
+    write_raw(
+        tmp_path / "run" / "events.out.tfevents.1.host",
+        [scalar_event("train/custom", 0.1, i, float(i)) for i in range(30)],
+    )
+    diagnosis = diagnose([tmp_path / "run"], ScanOptions.of(device="cpu"))
+    assert diagnosis.verdict == "inconclusive" and diagnosis.exit_code() == 1
+    cover = diagnosis.coverage()
+    assert cover["ran"] == 0 and cover["skipped"]["rollouts"] == 9 and cover["skipped"]["series"] == 11
+    assert diagnosis.skipped["CD503"].startswith("the scalar log has none of the series it reads: entropy")
