@@ -596,7 +596,7 @@ def regression_gate(baseline: ComparedRun, run: ComparedRun, settings: GateSetti
     - ``coverage``: every check that ran on the baseline ran on the run (a check the run could not feed, for want
       of rollouts, a scalar log or data, is a regression it cannot be cleared of; not with ``fail_on="never"``);
     - ``new findings``: findings of the run at or above ``fail_on`` whose ``(code, channels)`` the baseline does not
-      have at or above ``fail_on`` (a finding the baseline shares is not a regression);
+      have at or above ``fail_on`` (a finding the baseline shares is not new; a more severe one is escalated);
     - ``zero-advantage share``: the run's signal budget share minus the baseline's exceeds
       ``zero_advantage_margin`` (absolute); with rollouts on one side only it is not compared, and fails;
     - ``verdict``: the run's verdict is worse than the baseline's (not with ``fail_on="never"``);
