@@ -44,9 +44,45 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-__all__ = ["CONFIG_FILE", "FAIL_ON_LEVELS", "Config", "check_fail_on", "find_config", "load_config", "parse_config"]
+__all__ = [
+    "CONFIG_FILE",
+    "FAIL_ON_LEVELS",
+    "Config",
+    "ThresholdRange",
+    "check_fail_on",
+    "check_thresholds",
+    "find_config",
+    "load_config",
+    "parse_config",
+]
 ThresholdDefaults = Mapping[str, Mapping[str, float]]
 """``{code: {threshold name: default}}`` for every known detector code (codes without thresholds map to {})."""
+
+
+@dataclass(frozen=True)
+class ThresholdRange:
+    """The values a threshold may take: finite, from ``low`` to ``high`` (inclusive), whole numbers if
+    ``whole``. A value outside it would silently switch its detector off (a share of 80 meant as a percent)."""
+
+    low: float
+    high: float = math.inf
+    whole: bool = False
+
+    def check(self, value: float) -> bool:
+        if not math.isfinite(value) or not self.low <= value <= self.high:
+            return False
+        return not self.whole or float(value).is_integer()
+
+    def __str__(self) -> str:
+        if self.whole:
+            return f"a whole number >= {self.low:g}"
+        if math.isinf(self.high):
+            return f"a finite number >= {self.low:g}"
+        return f"a number from {self.low:g} to {self.high:g}"
+
+
+ThresholdRanges = Mapping[str, Mapping[str, ThresholdRange]]
+"""``{code: {threshold name: range}}``, handed in beside the defaults (the detectors state them)."""
 CONFIG_FILE = "collapse-doctor.toml"
 _TOP_KEYS = {"fail_on", "only", "ignore", "persistence", "min_persistence", "severity", "thresholds", "gate"}
 GATE_KEYS = {"zero_advantage_margin": 0.05, "rel_gain_margin": 0.25}
@@ -69,6 +105,8 @@ class Config:
     """Margins of the regression gate set by a config file (keys of :data:`GATE_KEYS`)."""
     defaults: ThresholdDefaults = field(default_factory=dict, repr=False)
     """The detectors' own thresholds, filled in by :func:`load_config`."""
+    ranges: ThresholdRanges = field(default_factory=dict, repr=False)
+    """The values each threshold may take (:class:`ThresholdRange`), filled in by :func:`load_config`."""
 
     def threshold(self, code: str, name: str) -> Any:
         """A detector's threshold: the configured value, else the detector's default.
@@ -191,9 +229,25 @@ def parse_config(table: Mapping[str, Any], *, source: str, base: Config) -> Conf
                     )
                 if isinstance(value, bool) or not isinstance(value, (int, float)):
                     raise UsageError(f"{source}: 'thresholds.{code}.{name}' must be a number, got {value!r}")
+                check_thresholds(replace(config, thresholds={code: {name: value}}), source=source)
                 thresholds.setdefault(code, {})[name] = float(value)
         changes["thresholds"] = thresholds
     return replace(config, **changes)
+
+
+def check_thresholds(config: Config, *, source: str) -> None:
+    """Every threshold ``config`` sets is within its range (:attr:`Config.ranges`), or a UsageError naming it."""
+    for code, values in config.thresholds.items():
+        for name, value in values.items():
+            allowed = config.ranges.get(code, {}).get(name)
+            if allowed is not None and not allowed.check(float(value)):
+                default = config.defaults.get(code, {}).get(name)
+                raise UsageError(
+                    f"{source}: 'thresholds.{code}.{name}' must be {allowed}, got {value!r}",
+                    hint=f"its default is {default:g} (docs/detectors.md, {code}, Thresholds)"
+                    if default is not None
+                    else f"docs/detectors.md, {code}, Thresholds",
+                )
 
 
 def _mapping(value: Any, key: str, source: str) -> dict[str, Any]:
@@ -212,9 +266,16 @@ def _known_code(code: str, source: str, key: str, known: ThresholdDefaults) -> s
     return upper
 
 
-def load_config(inputs: list[Path], explicit: str | Path | None = None, *, defaults: ThresholdDefaults) -> Config:
-    """Defaults, then the discovered file (walking up from the first input), then ``--config``."""
-    config = Config(defaults=defaults)
+def load_config(
+    inputs: list[Path],
+    explicit: str | Path | None = None,
+    *,
+    defaults: ThresholdDefaults,
+    ranges: ThresholdRanges | None = None,
+) -> Config:
+    """Defaults, then the discovered file (walking up from the first input), then ``--config``; every threshold a
+    file sets is checked against its range."""
+    config = Config(defaults=defaults, ranges=ranges or {})
     found = find_config(inputs[0]) if inputs else None
     if found is not None:
         table = _table_of(found, _load_toml(found)) or {}

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
-from collapse_doctor.core.config import Config, check_fail_on, load_config
+from collapse_doctor.core.config import Config, check_fail_on, check_thresholds, load_config
 from collapse_doctor.core.errors import CollapseDoctorError, InputError
 from collapse_doctor.core.findings import Finding, Severity, verdict_of
 from collapse_doctor.core.options import ReadOptions, ScanOptions
@@ -38,7 +38,7 @@ from collapse_doctor.io.open import open_rollouts, read_scalar_log
 from collapse_doctor.io.storage.list_files import expand_list_files
 from collapse_doctor.judge.algorithm import detect_algorithm, phases_from_labels
 from collapse_doctor.judge.detectors import REGISTRY, DetectionContext
-from collapse_doctor.judge.detectors.base import select, threshold_defaults
+from collapse_doctor.judge.detectors.base import select, threshold_defaults, threshold_ranges
 from collapse_doctor.judge.detectors.runner import run_detectors
 from collapse_doctor.judge.summary import (
     channel_table,
@@ -135,9 +135,10 @@ def resolve_config(files: Sequence[Path], options: ScanOptions) -> tuple[Config,
     """
     config = options.config
     if not isinstance(config, Config):
-        config = load_config(list(files), config, defaults=threshold_defaults())
-    elif not config.defaults:
-        config = replace(config, defaults=threshold_defaults())
+        config = load_config(list(files), config, defaults=threshold_defaults(), ranges=threshold_ranges())
+    else:  # a Config built in code (the TRL callback's config=): its thresholds are checked as a file's are
+        config = replace(config, defaults=config.defaults or threshold_defaults(), ranges=threshold_ranges())
+        check_thresholds(config, source="config")
     overrides: dict[str, Any] = {}
     if options.fail_on is not None:
         overrides["fail_on"] = check_fail_on(options.fail_on)

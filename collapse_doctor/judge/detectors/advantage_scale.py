@@ -10,6 +10,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from collapse_doctor.core import scalars as S
+from collapse_doctor.core.config import ThresholdRange
 from collapse_doctor.core.numbers import pct
 from collapse_doctor.core.scalars import TagPoints
 from collapse_doctor.core.smoothing import persistent_onset
@@ -211,6 +212,7 @@ class LoggedAdvantageBound(ScalarDetector):
     """
 
     code = "CD506"
+    threshold_ranges: ClassVar[Mapping[str, ThresholdRange]] = {"group_size": ThresholdRange(2.0, whole=True)}
     reads: ClassVar[tuple[tuple[str, ...], ...]] = ((S.ADVANTAGE_MAX, S.ADVANTAGE_MIN),)
     name = "logged advantage bound"
     default_severity = Severity.WARNING

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import numpy as np
 
+from collapse_doctor.core.config import ThresholdRange
 from collapse_doctor.core.errors import UsageError
 from collapse_doctor.core.findings import Finding, Remedy, Severity, severity_counts
 from collapse_doctor.core.result import REQUIREMENTS
@@ -183,6 +184,8 @@ class Detector:
     default_severity: ClassVar[Severity] = Severity.WARNING
     requires: ClassVar[tuple[str, ...]] = ("rollouts",)
     thresholds: ClassVar[Mapping[str, float | int]] = {}
+    threshold_ranges: ClassVar[Mapping[str, ThresholdRange]] = {}
+    """Ranges of the thresholds that the rule of :func:`threshold_range` does not state."""
     targets: ClassVar[str] = "run"
     """What one finding is about: the whole ``run``, one ``channel``, or a channel ``pair`` (JUnit has a test
     case per target)."""
@@ -265,11 +268,39 @@ def register(cls: type[Detector]) -> type[Detector]:
         raise ValueError(f"{cls.__name__}: detector needs a name")
     if cls.targets not in TARGETS:
         raise ValueError(f"{cls.__name__}: targets {cls.targets!r} is not one of {TARGETS}")
+    for name, default in cls.thresholds.items():
+        if not threshold_range(cls, name).check(float(default)):
+            raise ValueError(f"{cls.__name__}: threshold {name}={default} is outside its own range")
     unknown = [need for need in cls.requires if need not in REQUIREMENTS]
     if unknown:
         raise ValueError(f"{cls.__name__}: requires {unknown}; known: {sorted(REQUIREMENTS)}")
     REGISTRY[code] = cls
     return cls
+
+
+SHARE = ThresholdRange(0.0, 1.0)
+COUNT = ThresholdRange(1.0, whole=True)
+POSITIVE = ThresholdRange(0.0)
+
+
+def threshold_range(cls: type[Detector], name: str) -> ThresholdRange:
+    """The values a threshold may take: the detector's own statement, else by its default: a count (``min_*``,
+    ``*_points``, ``*_groups``, ``*_spikes`` with a whole default of 1 or more) is a whole number >= 1, a default
+    from 0 to 1 is a share, ratio or correlation (0 to 1), any other a finite number >= 0."""
+    if name in cls.threshold_ranges:
+        return cls.threshold_ranges[name]
+    default = float(cls.thresholds[name])
+    counting = name.startswith("min_") or name.endswith(("_points", "_groups", "_spikes", "_rows", "_pairs"))
+    if counting and default >= 1 and default.is_integer():
+        return COUNT
+    return SHARE if 0 <= default <= 1 else POSITIVE
+
+
+def threshold_ranges() -> dict[str, dict[str, ThresholdRange]]:
+    """Every registered code with the range of each of its thresholds (what a config file is checked against)."""
+    return {
+        code: {name: threshold_range(cls, name) for name in cls.thresholds} for code, cls in sorted(REGISTRY.items())
+    }
 
 
 def threshold_defaults() -> dict[str, dict[str, float]]:

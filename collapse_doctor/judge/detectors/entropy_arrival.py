@@ -9,9 +9,10 @@ from typing import ClassVar
 import numpy as np
 
 from collapse_doctor.core import scalars as S
+from collapse_doctor.core.config import ThresholdRange
 from collapse_doctor.core.numbers import pct
 from collapse_doctor.core.smoothing import rolling
-from collapse_doctor.judge.detectors.base import DetectionContext, Finding, NotEnoughData, Severity, register
+from collapse_doctor.judge.detectors.base import POSITIVE, DetectionContext, Finding, NotEnoughData, Severity, register
 from collapse_doctor.judge.detectors.entropy import ENTROPY_BONUS, EXPLORE
 from collapse_doctor.judge.detectors.remedies import CLIP_HIGHER, HOTTER, Remedy, nanmedian
 from collapse_doctor.judge.detectors.scalar_base import (
@@ -59,6 +60,7 @@ class EntropyArrival(ScalarDetector):
     """
 
     code = "CD511"
+    threshold_ranges: ClassVar[Mapping[str, ThresholdRange]] = {"horizon_ratio": POSITIVE}
     reads: ClassVar[tuple[tuple[str, ...], ...]] = ((S.ENTROPY,),)
     name = "entropy arrival"
     default_severity = Severity.WARNING

@@ -8,8 +8,9 @@ from typing import ClassVar
 import numpy as np
 
 from collapse_doctor.core import scalars as S
+from collapse_doctor.core.config import ThresholdRange
 from collapse_doctor.core.smoothing import persistent_onset, rolling
-from collapse_doctor.judge.detectors.base import DetectionContext, Finding, Severity, register
+from collapse_doctor.judge.detectors.base import POSITIVE, DetectionContext, Finding, Severity, register
 from collapse_doctor.judge.detectors.remedies import LOWER_LR, MORE_KL, Remedy, nanmedian
 from collapse_doctor.judge.detectors.scalar_base import (
     MIN_POINTS,
@@ -45,6 +46,7 @@ class KlOscillation(ScalarDetector):
     """
 
     code = "CD502"
+    threshold_ranges: ClassVar[Mapping[str, ThresholdRange]] = {"min_swing": POSITIVE}
     reads: ClassVar[tuple[tuple[str, ...], ...]] = ((S.KL,),)
     name = "KL oscillation"
     default_severity = Severity.WARNING

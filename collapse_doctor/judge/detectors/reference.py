@@ -7,7 +7,7 @@ is out of date.
 from __future__ import annotations
 
 from collapse_doctor.judge.detectors import REGISTRY, explain_sections
-from collapse_doctor.judge.detectors.base import CURRENT_WINDOW_RULE, EXPLAIN_HEADINGS
+from collapse_doctor.judge.detectors.base import CURRENT_WINDOW_RULE, EXPLAIN_HEADINGS, threshold_range
 
 JUDGEMENT = f"""\
 ## How findings are judged
@@ -71,7 +71,8 @@ def reference_markdown() -> str:
         "",
         "Generated from the detectors' docstrings by `python -m collapse_doctor.judge.detectors.reference`;",
         "`collapse-doctor explain CODE` prints the same text. Thresholds can be changed in",
-        "`[tool.collapse-doctor.thresholds.CODE]` (see [usage.md](usage.md#configuration)).",
+        "`[tool.collapse-doctor.thresholds.CODE]` (see [usage.md](usage.md#configuration)); a value outside its",
+        "range (a share of 80 meant as a percent, NaN, a fractional count) is an error naming the key, exit 2.",
         "",
         "| code | name | default severity | needs |",
         "|---|---|---|---|",
@@ -91,8 +92,11 @@ def reference_markdown() -> str:
         if not detector.graded_on_current_window:
             lines += ["*Keeps its severity after its condition ends (the harm is done while it holds).*", ""]
         if detector.thresholds:
-            lines += ["### Thresholds", "", "| name | default |", "|---|---|"]
-            lines += [f"| `{name}` | {value:g} |" for name, value in detector.thresholds.items()]
+            lines += ["### Thresholds", "", "| name | default | range |", "|---|---|---|"]
+            lines += [
+                f"| `{name}` | {value:g} | {threshold_range(detector, name)} |"
+                for name, value in detector.thresholds.items()
+            ]
     return "\n".join(lines).rstrip("\n") + "\n"
 
 

@@ -12,6 +12,7 @@ from typing import ClassVar
 import numpy as np
 
 from collapse_doctor.core import scalars as S
+from collapse_doctor.core.config import ThresholdRange
 from collapse_doctor.core.scalars import TagPoints
 from collapse_doctor.core.smoothing import rolling
 from collapse_doctor.judge.detectors.base import DetectionContext, Finding, NotEnoughData, Severity, register
@@ -82,6 +83,7 @@ class RewardEvalDivergence(ScalarDetector):
     """
 
     code = "CD510"
+    threshold_ranges: ClassVar[Mapping[str, ThresholdRange]] = {"max_tau": ThresholdRange(-1.0, 1.0)}
     reads: ClassVar[tuple[tuple[str, ...], ...]] = ((S.EVAL_SCORE,), (S.REWARD,))
     name = "reward/eval divergence"
     default_severity = Severity.WARNING

@@ -7,9 +7,10 @@ from typing import ClassVar
 
 import numpy as np
 
+from collapse_doctor.core.config import ThresholdRange
 from collapse_doctor.core.series import RECOMPUTATIONS, RunSeries
 from collapse_doctor.judge.budget import channel_extreme_shares
-from collapse_doctor.judge.detectors.base import DetectionContext, Detector, Finding, Severity, register
+from collapse_doctor.judge.detectors.base import POSITIVE, DetectionContext, Detector, Finding, Severity, register
 from collapse_doctor.judge.detectors.remedies import Remedy, gdpo_counterfactual, nanmedian, switch_remedy
 
 
@@ -71,6 +72,10 @@ class AdvantageShape(Detector):
     """
 
     code = "CD201"
+    threshold_ranges: ClassVar[Mapping[str, ThresholdRange]] = {
+        "squeezed_rest_std": POSITIVE,
+        "excess_kurtosis": ThresholdRange(-2.0),
+    }
     name = "advantage shape"
     default_severity = Severity.WARNING
     thresholds: ClassVar[Mapping[str, float]] = {
@@ -319,6 +324,7 @@ class AdvantageBound(Detector):
     """
 
     code = "CD202"
+    threshold_ranges: ClassVar[Mapping[str, ThresholdRange]] = {"mismatch_mae": POSITIVE, "match_mae": POSITIVE}
     name = "advantage bound"
     default_severity = Severity.WARNING
     requires = ("rollouts", "logged_advantage")
