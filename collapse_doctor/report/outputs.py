@@ -263,7 +263,10 @@ def _render_stdout(
     diagnoses: Sequence[Diagnosis], request: OutputRequest, stdout: IO[str], failures: Sequence[Failure]
 ) -> None:
     if request.format == "json":
-        stdout.write(json_text(diagnoses, failures) + "\n")
+        from collapse_doctor.io.storage.atomic import is_stdout
+
+        if request.json is None or not is_stdout(request.json):  # `--json -` wrote the same document there already
+            stdout.write(json_text(diagnoses, failures) + "\n")
     elif request.format == "github":
         from collapse_doctor.report.ci import github_annotations
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import json
 import os
 import signal
 import subprocess
@@ -96,6 +97,9 @@ def test_dash_is_stdout(run_file: Path, tmp_path: Path, monkeypatch: pytest.Monk
     result = runner.invoke(app, ["scan", str(run_file), "--json", "-", "--format", "github"])
     assert result.exit_code == 0, result.output
     assert result.stdout.startswith("{\n") and "::notice title=collapse-doctor::" in result.stdout
+    twice = runner.invoke(app, ["scan", str(run_file), "--json", "-", "--format", "json"])
+    assert twice.exit_code == 0, twice.output
+    assert json.loads(twice.stdout)["verdict"], "one JSON document on stdout, not the same one twice"
     exported = runner.invoke(app, ["advantages", str(run_file), "-o", "-"])
     assert exported.exit_code == 0, exported.output
     assert exported.stdout_bytes.startswith(b"PAR1") and exported.stderr.startswith("wrote -: 256 rows")
