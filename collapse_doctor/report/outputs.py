@@ -21,6 +21,7 @@ reads no environment variable: the caller passes GitHub's step-summary file and 
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -236,7 +237,14 @@ def write_outputs(
                 write_report(page, result.diagnosis, extras(result), inputs=inputs)
             _write_text(request.html, build_index(diagnoses, pages), inputs)
     if stdout is not None:
-        _render_stdout(diagnoses, request, stdout, failures)
+        try:
+            _render_stdout(diagnoses, request, stdout, failures)
+        except BrokenPipeError:  # the reader went away (`scan RUN | head`): the scan's exit code stands
+            import os
+
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            with contextlib.suppress(OSError, ValueError, AttributeError):
+                os.dup2(devnull, stdout.fileno())  # Python's own flush at exit must not fail again
     return exit_code(diagnoses, failures)
 
 

@@ -128,10 +128,18 @@ def render_text(
     _findings(console, diagnosis, json_written=json_written)
 
 
+class _ReportConsole(Console):
+    """rich's console, except that a reader who went away (``scan RUN | head``) is a BrokenPipeError for the caller
+    to handle (the command keeps its own exit code), not rich's ``SystemExit(1)``."""
+
+    def on_broken_pipe(self) -> None:
+        raise BrokenPipeError
+
+
 def console_for(file: IO[str] | None, color: bool | None) -> Console:
     """A console for a report: plain (no colour, fixed width) when asked or when ``file`` is not a terminal."""
     plain = color is False
-    return Console(
+    return _ReportConsole(
         file=file,
         width=PLAIN_WIDTH if plain or (file is not None and not getattr(file, "isatty", lambda: False)()) else None,
         no_color=plain,

@@ -181,3 +181,26 @@ def test_control_characters_are_escaped_in_colour(write_table: WriteTable) -> No
     text = out.getvalue()
     assert "\x1b[" in text  # coloured: rich's own escapes are there
     assert EVIL_SHOWN in text and "\x1b[31mRED" not in text and "\u202e" not in text and "\nFORGED" not in text
+
+
+@pytest.mark.parametrize(("sample", "expected"), [("healthy", 0), ("saturating-format", 1)])
+def test_a_reader_that_went_away_keeps_the_scans_exit_code(sample: str, expected: int) -> None:
+    """`scan RUN | head`: stdout is a pipe whose reader is gone before anything is written. No traceback, no
+    rich SystemExit(1): the exit code is the scan's own (0 healthy, 1 a finding at --fail-on: a CI gate piped into
+    head still fails)."""
+    import os
+    import subprocess
+    import sys
+
+    read, write = os.pipe()
+    os.close(read)  # every write raises EPIPE
+    done = subprocess.run(
+        [sys.executable, "-m", "collapse_doctor", "scan", f"sample_logs/{sample}.parquet"],
+        stdout=write,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=Path(__file__).resolve().parents[2],
+    )
+    os.close(write)
+    assert done.returncode == expected, done.stderr
+    assert "Traceback" not in done.stderr and "Broken pipe" not in done.stderr
