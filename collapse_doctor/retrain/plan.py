@@ -7,6 +7,7 @@ TRL's defaults) and stops there.
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import re
 import socket
@@ -274,10 +275,12 @@ def build_plan(options: RetrainOptions) -> RetrainPlan:
     if unknown:
         raise UsageError(f"--weights names unknown channel(s) {unknown}; the rewards are {list(weights)}")
     weights.update(options.weights or {})
+    check_training_weights(weights, source="--weights")
     changes: list[str] = []
     if options.from_scan is not None:
         advice = scan_advice(options.from_scan, specs, weights, options.from_scan_run)
         specs, weights, changes = advice.rewards, advice.weights, advice.changes
+        check_training_weights(weights, source=f"--from-scan {options.from_scan}")
         settings, recipe_changes = _scan_recipes(settings, advice, {r.name for r in specs})
         changes.extend(recipe_changes)
         wants_gdpo = advice.wants_gdpo or settings.hybrid_switch is not None
@@ -334,6 +337,22 @@ def _scan_recipes(settings: RetrainSettings, advice: Any, channels: set[str]) ->
         else:
             settings = dataclasses.replace(settings, channel_start=starts)
     return settings, lines
+
+
+def check_training_weights(weights: dict[str, float], *, source: str) -> None:
+    """The weights a run trains with: each finite and >= 0, not all 0 (TRL would train on nothing, or with inf
+    for real); the same rule for ``--weights`` and for the weights a ``--from-scan`` JSON carries."""
+    for channel, weight in weights.items():
+        if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not math.isfinite(weight) or weight < 0:
+            raise UsageError(
+                f"{source}: the weight of `{channel}` is {weight!r}; a training weight is a finite number >= 0",
+                hint="give it a weight such as 1 or 0.5 (0 turns the channel off)",
+            )
+    if weights and not any(weights.values()):
+        raise UsageError(
+            f"{source}: every weight is 0 ({', '.join(weights)}): the run would train on no reward",
+            hint="give at least one channel a weight above 0",
+        )
 
 
 def _inside(path: Path, parent: Path) -> bool:

@@ -324,3 +324,21 @@ def test_an_unreachable_hub_model_fails_fast_in_one_line(tmp_path: Path, monkeyp
     assert result.exit_code == 2 and len(result.stderr.strip().splitlines()) == 1
     assert result.stderr.strip().endswith("Hint: pass a local model directory, or run where the Hub is reachable")
     assert time.perf_counter() - started < 30, "no retry loop"
+
+
+@pytest.mark.parametrize("weight", [-5.0, "inf", 0.0])
+def test_weights_a_scan_carries_are_checked_as_weights_given_on_the_command_line(tmp_path: Path, weight: Any) -> None:
+    """A --from-scan JSON (hand-edited, or from another tool) that sets a weight of -5 or inf, or leaves every weight
+    at 0, is refused like --weights is: one line, exit 2, nothing trained."""
+    action = SetWeight("format", 0.5).to_dict() | {"weight": float(weight)}
+    findings = [finding("CD402", "warning", ["format", "correct"], "retrain --weights format=0.5")]
+    findings[0]["actions"] = [action]
+    if weight == 0.0:  # every weight 0: correct as well
+        findings[0]["actions"].append(SetWeight("correct", 0.5).to_dict() | {"weight": 0.0})
+    path = scan_file(tmp_path, findings)
+    args = ["retrain", "--demo", "--dry-run", "--reward", "format=format_tag", "--reward", "correct=exact_match"]
+    result = CliRunner().invoke(app, [*args, "--from-scan", str(path)])
+    assert result.exit_code == 2 and len(result.stderr.strip().splitlines()) == 1, result.output
+    assert result.stderr.startswith("error: ") and str(path) in result.stderr and "weight" in result.stderr
+    flag = CliRunner().invoke(app, [*args, "--weights", "format=-5"])
+    assert flag.exit_code == 2 and "a training weight is a finite number >= 0" in flag.stderr
