@@ -280,3 +280,12 @@ def test_valid_inputs_still_work(retrain_args: list[str], tmp_path: Path) -> Non
         tmp_path / "tb" / "events.out.tfevents.1", [scalar_event("train/reward", 0.5, int(s), 1.0) for s in steps]
     )
     assert runner.invoke(app, ["scan", str(tmp_path / "tb"), "--fail-on", "never"]).exit_code == 0
+
+
+def test_an_empty_file_says_it_is_empty(tmp_path: Path) -> None:
+    """A 0-byte file (a trainer that created it and has not written yet) is named as empty, not as "not Parquet"."""
+    empty = tmp_path / "run.parquet"
+    empty.write_bytes(b"")
+    result = CliRunner().invoke(app, ["scan", str(empty)])
+    assert result.exit_code == 2 and result.stderr.count("\n") == 1
+    assert result.stderr.startswith(f"error: {empty}: the file is empty (0 bytes). Hint: if the trainer is still")

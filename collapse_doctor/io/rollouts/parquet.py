@@ -115,6 +115,11 @@ def open_parquet(path: Path, data: bytes | None = None) -> pq.ParquetFile:
             raise InputError(f"{path}: cannot read file ({exc.strerror or exc})") from exc
         # pyarrow takes paths as UTF-8; a name that is not (undecodable bytes on Linux) is opened by Python.
         source = path if _is_utf8(str(path)) else path.open("rb")
+    if not head:
+        raise InputError(
+            f"{path}: the file is empty (0 bytes)",
+            hint="if the trainer is still writing it, wait for it to be closed; else point at the run's rollouts",
+        )
     if head != _MAGIC:
         raise InputError(
             f"{path}: not a Parquet file (it does not start with the Parquet magic bytes)",
