@@ -197,7 +197,16 @@ def test_interrupt_saves_a_checkpoint(tmp_path: Path, monkeypatch: pytest.Monkey
     assert sorted(set(read_rollouts(result.output_dir)["step"].tolist())) == [1, 2]
 
 
-def test_fail_on_stops_early(tmp_path: Path) -> None:
+def test_fail_on_stops_early(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every part is checked (a check budget of the whole training time): with the default 1%, the tiny run's steps
+    of a few milliseconds let a loaded machine skip the checks of steps 6-8, and the run would end unstopped."""
+    from collapse_doctor.integrations import trl as integration
+
+    class Checked(integration.CollapseDoctorCallback):  # type: ignore[misc]
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs, check_budget=1.0)
+
+    monkeypatch.setattr(integration, "CollapseDoctorCallback", Checked)
     result = run_retrain(tiny_options(tmp_path, "grpo", max_steps=9, fail_on="info", write_every=1), final_scan=False)
     assert result.fail_on_findings, "the tiny run has findings at info level"
     assert result.steps < 9
