@@ -521,27 +521,31 @@ class _Listings:
                 directories.add("/".join(parts[:end]))
         self._by_prefix[(scheme, prefix)] = (dict(objects), directories)
 
+    def _listing_of(self, path: RemotePath) -> tuple[str, dict[str, dict[str, Any]], set[str]] | None:
+        """The listed prefix that covers ``path``, with its objects and prefixes; None when none does."""
+        key = path.key
+        for (scheme, prefix), (objects, directories) in self._by_prefix.items():
+            if scheme == path.scheme and (key == prefix or key.startswith(prefix + "/")):
+                return prefix, objects, directories
+        return None
+
     def covering(self, path: RemotePath) -> str | None:
         """The listed prefix (as a URL) whose listing covers ``path``, if any."""
-        key = path.key
-        for scheme, prefix in self._by_prefix:
-            if scheme == path.scheme and (key == prefix or key.startswith(prefix + "/")):
-                return f"{scheme}://{prefix}"
-        return None
+        found = self._listing_of(path)
+        return None if found is None else f"{path.scheme}://{found[0]}"
 
     def lookup(self, path: RemotePath) -> dict[str, Any] | object | None:
         """The listing's info of ``path``, :data:`_ABSENT` when a listing covers it and has nothing there, None when
         no listing covers it."""
-        key = path.key
-        for (scheme, prefix), (objects, directories) in self._by_prefix.items():
-            if scheme != path.scheme or not (key == prefix or key.startswith(prefix + "/")):
-                continue
-            if key in objects:
-                return dict(objects[key])
-            if key in directories:
-                return {"name": key, "type": "directory", "size": 0}
-            return _ABSENT
-        return None
+        found = self._listing_of(path)
+        if found is None:
+            return None
+        _, objects, directories = found
+        if path.key in objects:
+            return dict(objects[path.key])
+        if path.key in directories:
+            return {"name": path.key, "type": "directory", "size": 0}
+        return _ABSENT
 
 
 _LISTINGS = _Listings()
