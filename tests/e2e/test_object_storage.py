@@ -21,7 +21,7 @@ from collapse_doctor.core.options import ScanOptions
 from collapse_doctor.io.storage import remote
 from collapse_doctor.pipeline.watch import WatchState, watch
 from tests.helpers.runs import binary_run
-from tests.helpers.s3 import S3Server, s3_server  # noqa: F401  (the session fixture)
+from tests.helpers.s3 import ENVIRONMENT, S3Server, s3_server  # noqa: F401  (the session fixture)
 from tests.helpers.trl import trl_output_dir
 
 runner = CliRunner()
@@ -241,6 +241,8 @@ def test_unreachable_endpoint(monkeypatch: pytest.MonkeyPatch) -> None:
     with socket.socket() as probe:  # a port nothing listens on
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
+    for name, value in ENVIRONMENT.items():  # credentials of its own: alone (not after the server's tests) too
+        monkeypatch.setenv(name, value)
     monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{port}")
     line = _error(["scan", f"s3://{BUCKET}/canonical/", *CPU])
     assert line.startswith(f"error: s3://{BUCKET}/canonical: cannot reach the storage endpoint (")
