@@ -28,7 +28,7 @@ def watch(
 
     Exit codes: 1 a finding at or above --fail-on, 0 Ctrl-C (with a summary), 2 bad input or usage.
     """
-    from collapse_doctor.pipeline.watch import MIN_INTERVAL, WatchState, finding_line
+    from collapse_doctor.pipeline.watch import MIN_INTERVAL, WatchState, finding_line, withdrawn_line
     from collapse_doctor.pipeline.watch import watch as follow
 
     # 0 only with the hidden --max-polls (tests): without a pause the poll loop would spin a core.
@@ -49,6 +49,7 @@ def watch(
             fail_on=fail_on,
             max_polls=max_polls,
             on_finding=lambda diagnosis, finding: typer.echo(finding_line(diagnosis, finding)),
+            on_withdrawn=lambda diagnosis, finding: typer.echo(withdrawn_line(diagnosis, finding)),
             on_note=err,
             state=state,
         )

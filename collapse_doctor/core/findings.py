@@ -470,6 +470,27 @@ def news(reported: dict[FindingKey, Severity], findings: Iterable[Finding], run:
     return out
 
 
+def withdrawn(
+    reported: dict[FindingKey, Severity], earlier: Iterable[Finding], findings: Iterable[Finding], run: str = ""
+) -> list[Finding]:
+    """The findings of the run's previous check (``earlier``) that were printed and that this check no longer has:
+    they are dropped from ``reported`` (so one that comes back is printed again) and returned, to be said withdrawn.
+
+    >>> seen: dict = {}
+    >>> first = Finding("CD102", Severity.WARNING, "silent", "m")
+    >>> _ = news(seen, [first])
+    >>> [f.code for f in withdrawn(seen, [first], [])], seen
+    (['CD102'], {})
+    """
+    now = {(run, f.code, f.channels, f.condition) for f in findings}
+    out = []
+    for finding in earlier:
+        key = (run, finding.code, finding.channels, finding.condition)
+        if key not in now and reported.pop(key, None) is not None:
+            out.append(finding)
+    return out
+
+
 def check_fail_on(value: str, *, option: str = "--fail-on") -> str:
     """A ``--fail-on`` level, lower-cased; a UsageError for anything else.
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from collapse_doctor.core.findings import Finding, FindingKey, Severity, check_fail_on, failing, news
+from collapse_doctor.core.findings import Finding, FindingKey, Severity, check_fail_on, failing, news, withdrawn
 from collapse_doctor.core.options import ScanOptions
 from collapse_doctor.core.result import Diagnosis
 from collapse_doctor.pipeline.scan import ScanPlan, diagnose_reduction, resolve_config
@@ -31,6 +31,8 @@ class LiveCheck:
     diagnosis: Diagnosis
     new: list[Finding]
     failing: list[Finding]
+    withdrawn: list[Finding] = field(default_factory=list)
+    """Findings printed after an earlier check that this one no longer has (as ``watch`` withdraws them)."""
 
 
 @dataclass
@@ -47,6 +49,7 @@ class LiveDiagnosis:
     config: Config | str | Path | None = None
     checks: int = 0
     reported: dict[FindingKey, Severity] = field(default_factory=dict)
+    last: Diagnosis | None = None
     _resolved: tuple[Config, tuple[str, ...]] | None = None
 
     def __post_init__(self) -> None:
@@ -73,6 +76,8 @@ class LiveDiagnosis:
         # The parts carry the trainer's weights in their metadata, so nothing is inferred (scan infers nothing either).
         diagnosis = diagnose_reduction(plan, self.monitor.reduction(), None).diagnosis
         self.checks += 1
+        gone = withdrawn(self.reported, self.last.findings if self.last else (), diagnosis.findings)
+        self.last = diagnosis
         new = news(self.reported, diagnosis.findings)
         stopping = failing(diagnosis.findings, self.fail_on) if self.fail_on else []
-        return LiveCheck(diagnosis=diagnosis, new=new, failing=stopping)
+        return LiveCheck(diagnosis=diagnosis, new=new, failing=stopping, withdrawn=gone)

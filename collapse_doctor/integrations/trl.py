@@ -477,13 +477,15 @@ class CollapseDoctorCallback(TrainerCallback):  # type: ignore[misc,unused-ignor
         """Run the detectors on the run so far; print new findings; True when one reaches ``fail_on``."""
         if self.live is None or self.monitor is None or not self.monitor.enabled or not self.monitor.files_written:
             return False
-        from collapse_doctor.pipeline.watch import finding_line
+        from collapse_doctor.pipeline.watch import finding_line, withdrawn_line
 
         started = time.perf_counter()
         result = self.live.check()
         self.check_seconds += time.perf_counter() - started
         self.diagnosis = result.diagnosis
         if self.print_finding is not None:
+            for finding in result.withdrawn:
+                self.print_finding(f"collapse-doctor: {withdrawn_line(result.diagnosis, finding)}")
             for finding in result.new:
                 self.print_finding(f"collapse-doctor: {finding_line(result.diagnosis, finding)}")
         if result.failing:

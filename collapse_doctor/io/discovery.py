@@ -29,8 +29,8 @@ from pathlib import Path
 
 from collapse_doctor.core.errors import InputError, UsageError
 from collapse_doctor.io.formats import FORMATS, Member, classify, formats_hint, is_rollouts
-from collapse_doctor.io.storage.paths import common_directory, expand_paths
-from collapse_doctor.io.storage.remote import is_url
+from collapse_doctor.io.rollouts.parquet_parts import being_written
+from collapse_doctor.io.storage.paths import Expansion, common_directory, expand_paths
 from collapse_doctor.io.storage.sqlite_store import DB_SUFFIXES, describe_foreign
 
 DEFAULT_KIND = "parquet"
@@ -109,14 +109,18 @@ def discover_runs(paths: Sequence[str | Path]) -> list[RunInputs]:
     """Group the inputs into runs (see the module docstring); at least one run or an InputError."""
     expansion = expand_paths(paths, kind_of=classify, empty_directory=_no_run_found)
     base = expansion.base
-    directories = _named_directories(paths, base)
+    named = _named_directories(expansion)
+    # A glob's files are grouped as a directory's are (by where they lie): a glob across run dirs is a sweep.
+    directories = named + [r.resolve() for r in expansion.glob_roots if r.resolve() not in named]
     groups: dict[SetKey, list[Path]] = {}
     unrooted: dict[tuple[str, Path], list[Path]] = {}
     member_files: list[tuple[str, Path]] = []
     for kind, p in expansion.files:
         fmt = FORMATS[kind]
-        in_directory = any(d in p.resolve().parents for d in directories)
-        if not in_directory and kind == DEFAULT_KIND and p.suffix in DB_SUFFIXES and classify(p) is None:
+        parents = p.resolve().parents
+        in_directory = any(d in parents for d in directories)
+        named_here = any(d in parents for d in named)
+        if not named_here and kind == DEFAULT_KIND and p.suffix in DB_SUFFIXES and classify(p) is None:
             raise describe_foreign(p, formats_hint())  # a database named explicitly that no tracker wrote
         if fmt.members is not None:
             member_files.append((kind, p))
@@ -126,15 +130,31 @@ def discover_runs(paths: Sequence[str | Path]) -> list[RunInputs]:
             unrooted.setdefault((kind, _partitioned_directory(p)), []).append(p)
         else:
             groups.setdefault((kind, None), []).append(p)  # files named explicitly: one set
-    for (kind, directory), files in unrooted.items():
+    writing: dict[SetKey, list[Path]] = {}
+    for (kind, directory), found in unrooted.items():
+        pending = being_written(found) if is_rollouts(kind) else []
+        files = [f for f in found if f not in pending]
         split = FORMATS[kind].split
         sets = split(files) if split is not None else [sorted(files)]
         for files_of_run in sets:
             # A run of several files alone in its directory is rooted there; a lone file at the file itself,
             # so that runs in the subdirectories beside it keep their own directories.
             whole = len(sets) == 1 and len(files_of_run) > 1
-            groups.setdefault((kind, directory if whole else files_of_run[0]), []).extend(files_of_run)
+            set_key: SetKey = (kind, directory if whole else files_of_run[0])
+            groups.setdefault(set_key, []).extend(files_of_run)
+            if pending and files_of_run is sets[-1]:
+                writing[set_key] = pending  # beside the newest set of the directory (a writer adds to it)
+    for set_key, files in groups.items():
+        rooted = is_rollouts(set_key[0]) and set_key[1] is not None and set_key not in writing
+        if rooted and (pending := being_written(files)):
+            writing[set_key] = pending
+            files[:] = [f for f in files if f not in pending]
     set_aside = _one_rollout_source(groups)
+    for set_key, pending in writing.items():
+        set_aside[set_key] = (
+            *set_aside.get(set_key, ()),
+            *(f"{p} (no Parquet footer yet: a file being written; read once it is complete)" for p in pending),
+        )
     territories = _territories(groups, directories)
     joined = {
         key: owner
@@ -220,10 +240,13 @@ def _add_scalars(run: RunInputs, kind: str, files: Sequence[Path]) -> None:
     run.aliases += tuple(a for p in files for a in FORMATS[kind].aliases(p) if a not in run.aliases)
 
 
-def _named_directories(paths: Sequence[str | Path], base: Path | None) -> list[Path]:
-    """The directories named (their files were found, not named), resolved."""
-    named = [Path(str(p)).resolve() for p in paths if not is_url(p) and Path(str(p)).is_dir()]
-    return named + ([base.resolve()] if base is not None and base.resolve() not in named else [])
+def _named_directories(expansion: Expansion) -> list[Path]:
+    """The directories named or matched by a glob (their files were found, not named), resolved."""
+    named: list[Path] = []
+    for directory in (*expansion.directories, *([expansion.base] if expansion.base is not None else [])):
+        if directory.resolve() not in named:
+            named.append(directory.resolve())
+    return named
 
 
 def _partitioned_directory(path: Path) -> Path:

@@ -4,7 +4,9 @@ Every ``interval`` seconds the inputs are listed again (new event files, new rol
 When something changed, the run is diagnosed again, reading only what is new
 (:mod:`collapse_doctor.pipeline.incremental`): the records appended to event files and verl file logs, and the
 per-step rollout files (TRL, verl, NeMo-RL) that appeared; canonical Parquet runs are read again whole.
-A finding is printed the first time it appears and again only if its severity rises. With ``fail_on``
+A finding is printed the first time it appears and again only if its severity rises; one that a later check no
+longer finds (the run grew out of it) is withdrawn with a line saying so, and printed again if it comes back. With
+``fail_on``
 the watch ends with exit code 1 at the first finding at or above that level (a sidecar that stops a bad
 run); Ctrl-C ends it with exit code 0 and a summary. Inputs that are not readable yet (an empty
 directory, a Parquet file still being written) are waited for.
@@ -21,7 +23,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from collapse_doctor.core.errors import InputError
-from collapse_doctor.core.findings import Finding, FindingKey, Severity, check_fail_on, news, severity_counts
+from collapse_doctor.core.findings import (
+    Finding,
+    FindingKey,
+    Severity,
+    check_fail_on,
+    news,
+    severity_counts,
+    withdrawn,
+)
 from collapse_doctor.core.options import ScanOptions
 from collapse_doctor.core.text_safety import printable
 
@@ -41,6 +51,8 @@ class WatchState:
     polls: int = 0
     scans: int = 0
     reported: dict[FindingKey, Severity] = field(default_factory=dict)
+    withdrawn: int = 0
+    """Findings printed earlier that a later check no longer found (each said with a line)."""
     failing: Finding | None = None
     last_error: str | None = None
     last_step: int | None = None
@@ -54,13 +66,16 @@ class WatchState:
 
     def summary(self) -> str:
         found = severity_counts(self.reported.values()) or "no findings"
+        if self.withdrawn:
+            found += f" ({self.withdrawn} withdrawn)"
         step = f", last step {self.last_step}" if self.last_step is not None else ""
         return f"watched {self.polls} poll(s), {self.scans} scan(s){step}: {found}"
 
 
 def snapshot(paths: Sequence[str | Path]) -> dict[str, tuple[int, int] | tuple[int, int, str]]:
-    """Size and modification time of every file under the inputs (what a change is judged by); objects in storage
-    also by their ETag, from one listing per URL (bounded work per poll)."""
+    """Size and modification time of every file under the inputs (a glob: under what it matches now), which is what
+    a change is judged by; objects in storage also by their ETag, from one listing per URL (bounded work per
+    poll)."""
     from collapse_doctor.io.storage.remote import is_url, snapshot_url
 
     out: dict[str, tuple[int, int] | tuple[int, int, str]] = {}
@@ -68,8 +83,9 @@ def snapshot(paths: Sequence[str | Path]) -> dict[str, tuple[int, int] | tuple[i
         if is_url(raw):
             out.update(snapshot_url(str(raw)))
             continue
-        path = Path(raw)
-        files = [p for p in path.rglob("*") if p.is_file()] if path.is_dir() else [path]
+        text = str(raw)
+        named = [Path(text)] if Path(text).exists() or not glob.has_magic(text) else map(Path, glob.glob(text))
+        files = [f for path in named for f in (sorted(path.rglob("*")) if path.is_dir() else [path]) if f.is_file()]
         for f in files:
             try:
                 stat = f.stat()
@@ -87,6 +103,7 @@ def watch(
     fail_on: str = "never",
     max_polls: int | None = None,
     on_finding: Callable[[Diagnosis, Finding], None] | None = None,
+    on_withdrawn: Callable[[Diagnosis, Finding], None] | None = None,
     on_note: Callable[[str], None] | None = None,
     on_poll: Callable[[WatchState], None] | None = None,
     sleep: Callable[[float], None] = time.sleep,
@@ -148,10 +165,16 @@ def watch(
                 state.scans += 1
                 state.files_reduced = scanner.files_reduced
             for diagnosis in diagnoses:
-                state.diagnoses[diagnosis.run.name or ""] = diagnosis
+                run = diagnosis.run.name or ""
+                earlier = state.diagnoses.get(run)
+                state.diagnoses[run] = diagnosis
                 state.last_step = diagnosis.run.last_step
                 state.scalar_points = diagnosis.run.scalar_points
-                for finding in news(state.reported, diagnosis.findings, diagnosis.run.name or ""):
+                for finding in withdrawn(state.reported, earlier.findings if earlier else (), diagnosis.findings, run):
+                    state.withdrawn += 1
+                    if on_withdrawn is not None:
+                        on_withdrawn(diagnosis, finding)
+                for finding in news(state.reported, diagnosis.findings, run):
                     if on_finding is not None:
                         on_finding(diagnosis, finding)
                     if threshold is not None and finding.severity >= threshold and state.failing is None:
@@ -161,6 +184,14 @@ def watch(
         if on_poll is not None:
             on_poll(state)
     return state
+
+
+def withdrawn_line(diagnosis: Diagnosis, finding: Finding) -> str:
+    """A finding printed earlier that the latest check no longer has, as the watch says so."""
+    stamp = time.strftime("%H:%M:%S")
+    run = f" [{diagnosis.run.name}]" if diagnosis.run.name else ""
+    step = f" at step {diagnosis.run.last_step}" if diagnosis.run.last_step is not None else ""
+    return printable(f"{stamp} WITHDRAWN {finding.code}{run} {finding.title}: no longer found{step}")
 
 
 def finding_line(diagnosis: Diagnosis, finding: Finding) -> str:

@@ -146,6 +146,13 @@ def test_a_glob_and_a_single_object(runs: dict[str, Path]) -> None:
     assert data["run"]["sources"] == [str(runs["canonical"] / "part-0.parquet")]
 
 
+def test_a_glob_across_prefixes_is_the_same_sweep_as_locally(runs: dict[str, Path]) -> None:
+    # Two runs under one prefix: the local glob and the bucket's are a sweep of `canonical` and `trl`, named alike.
+    root = runs["canonical"].parent
+    data = _same_as_local([str(root / "**" / "*.parquet")], [f"s3://{BUCKET}/**/*.parquet"], root, f"s3://{BUCKET}")
+    assert sorted(r["run"]["name"] for r in data["runs"]) == ["canonical", "trl"]
+
+
 def test_report_and_advantages_read_the_bucket(runs: dict[str, Path], tmp_path: Path, s3_server: S3Server) -> None:  # noqa: F811
     before = _keys(s3_server)
     url = f"s3://{BUCKET}/trl"

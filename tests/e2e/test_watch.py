@@ -9,7 +9,7 @@ from typer.testing import CliRunner
 
 from collapse_doctor.cli.app import app
 from collapse_doctor.core.options import ScanOptions
-from collapse_doctor.pipeline.watch import WatchState, watch
+from collapse_doctor.pipeline.watch import WatchState, watch, withdrawn_line
 from tests.helpers.scalar_runs import after, flat, record, scalar_event, trl_series
 
 EVENTS = "events.out.tfevents.1700000000.host"
@@ -70,6 +70,57 @@ def test_each_finding_is_reported_once(tmp_path: Path) -> None:
     assert state.failing is None and state.scans == 4
     assert sorted(seen) == ["CD503", "CD507"]  # each once
     assert state.last_step == 179
+
+
+def test_a_finding_the_run_grows_out_of_is_withdrawn(tmp_path: Path) -> None:
+    # Expected from CD503's rule: entropy at 0.05 of its early 0.8 with a flat reward is a collapse (printed at the
+    # first poll); entropy falling while the reward rises is convergence, not reported. The steps appended later
+    # carry a reward of 0.9 against 0.5 before, so once the current window holds them the finding no longer holds:
+    # it is withdrawn, once, with its code, and the summary counts it. The flat reward of the first 150 steps is a
+    # plateau (CD507) that the rise to 0.9 ends as well: a reward that gained 0.4 did not stall, so it goes too.
+    early = trl_series(train__entropy=after(60, 0.8, 0.05), train__reward=flat(0.5))
+    later = trl_series(train__entropy=flat(0.05, noise=0.005), train__reward=flat(0.9))
+    log = tmp_path / EVENTS
+    log.write_bytes(_records(early, range(150)))
+    printed: list[str] = []
+    gone: list[str] = []
+    lines: list[str] = []
+
+    def grow(state: WatchState) -> None:
+        with log.open("ab") as handle:
+            start = 150 + 10 * (state.polls - 1)
+            handle.write(_records(later, range(start, min(start + 10, 200))))
+
+    state = watch(
+        [tmp_path],
+        CPU,
+        interval=0,
+        max_polls=5,
+        on_finding=lambda d, f: printed.append(f.code),
+        on_withdrawn=lambda d, f: gone.append(f.code) or lines.append(withdrawn_line(d, f)),
+        on_poll=grow,
+    )
+    assert sorted(printed) == ["CD503", "CD507"] and sorted(gone) == ["CD503", "CD507"]
+    assert state.reported == {} and "no findings (2 withdrawn)" in state.summary()
+    # at the second poll (steps 0-159) the current window is the last 16 steps, 10 of them at 0.9: its median
+    # reward is 0.9, above the early 0.5, so the collapse came with a gain from then on
+    assert any(" WITHDRAWN CD503 " in line and line.endswith(": no longer found at step 159") for line in lines)
+    assert not any(f.code in ("CD503", "CD507") for f in state.diagnoses[""].findings)
+
+
+def test_a_glob_is_polled_for_new_matches(tmp_path: Path) -> None:
+    # A quoted glob may match files later: each poll lists what it matches now, so a new file is a change.
+    pattern = str(tmp_path / "run" / "*" / EVENTS)
+    (tmp_path / "run" / "a").mkdir(parents=True)
+    series = trl_series()
+    (tmp_path / "run" / "a" / EVENTS).write_bytes(_records(series, range(50)))
+
+    def grow(state: WatchState) -> None:
+        (tmp_path / "run" / f"b{state.polls}").mkdir()
+        (tmp_path / "run" / f"b{state.polls}" / EVENTS).write_bytes(_records(series, range(50)))
+
+    state = watch([pattern], CPU, interval=0, max_polls=3, on_poll=grow)
+    assert state.scans == 3 and {"a", "b1", "b2"} <= set(state.diagnoses)  # the first poll saw one run, unnamed
 
 
 def test_waits_for_inputs_that_do_not_exist_yet(tmp_path: Path) -> None:

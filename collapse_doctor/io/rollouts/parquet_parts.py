@@ -11,7 +11,8 @@ a folder of sample runs holds one file per run (``sample_logs/*.parquet``). Only
   of its own. A file whose step range the footer does not tell (no statistics, no ``step`` column) counts as
   not overlapping, as before this rule.
 
-A footer that cannot be read makes the file a run of its own (its reader then names the problem).
+A footer that cannot be read makes the file a run of its own (its reader then names the problem), except in a file
+that a trainer is still writing (:func:`being_written`): discovery sets that one aside until it is complete.
 """
 
 from __future__ import annotations
@@ -22,8 +23,10 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from collapse_doctor.io.storage.remote import parquet_source
+from collapse_doctor.io.storage.remote import RemotePath, parquet_source
 
+MAGIC = b"PAR1"
+"""The bytes a complete Parquet file ends with (after its footer)."""
 REWARD_PREFIX = "reward/"
 STEP = "step"
 
@@ -51,6 +54,35 @@ def _layout(path: Path) -> Layout:
         low = stats.min if low is None else min(low, stats.min)
         high = stats.max if high is None else max(high, stats.max)
     return rewards, (low, high) if low is not None and high is not None else None
+
+
+def being_written(files: Sequence[Path]) -> list[Path]:
+    """The files of one set that a trainer is still writing: local Parquet files that do not end with the footer's
+    magic bytes yet (a writer appends the footer last) and are the newest of the set (modified no earlier than
+    any complete file of it). A set of one file has none (its reader names the problem); nor has object storage,
+    where an object appears whole. An older file without a footer is damaged, not being written: it stays, and
+    its reader names it.
+    """
+    local = [p for p in files if not isinstance(p, RemotePath)]
+    if len(files) < 2 or not local:
+        return []
+    times: dict[Path, int] = {}
+    incomplete: list[Path] = []
+    for path in local:
+        try:
+            times[path] = path.stat().st_mtime_ns
+            with path.open("rb") as handle:
+                size = handle.seek(0, 2)
+                handle.seek(max(0, size - len(MAGIC)))
+                if size < 2 * len(MAGIC) or handle.read() != MAGIC:
+                    incomplete.append(path)
+        except OSError:
+            continue  # unreadable: its reader names it
+    complete = [times[p] for p in times if p not in incomplete]
+    if not complete or len(incomplete) == len(files):
+        return []
+    newest = max(complete)
+    return [p for p in incomplete if times[p] >= newest]
 
 
 def _disjoint(ranges: Sequence[tuple[int, int] | None]) -> bool:

@@ -29,6 +29,11 @@ class Expansion:
 
     files: list[tuple[str, Path]]
     base: Path | None
+    directories: tuple[Path, ...] = ()
+    """The directories named or matched by a glob (their files were found, not named)."""
+    glob_roots: tuple[Path, ...] = ()
+    """The fixed directory of each glob that matched files (``runs/`` of ``runs/*/rollouts.parquet``): its matches
+    are grouped into runs as a directory's files are, by where they lie, so a glob across run dirs is a sweep."""
 
 
 def expand_paths(
@@ -50,27 +55,48 @@ def expand_paths(
         raise InputError("no input given", hint="pass a Parquet file, a log directory or a glob")
     found: list[tuple[str, Path]] = []
     base: Path | None = None
+    directories: list[Path] = []
+    roots: list[Path] = []
     for raw in paths:
         text = str(raw)
         if is_url(raw):
             listing = expand_url(raw)
             if listing.directory is not None:
                 base = base or listing.directory
+                directories.append(listing.directory)
                 found += _usable(text, list(listing.files), kind_of, empty_directory)
             else:
+                if listing.pattern:
+                    prefix = _remote_glob_root(listing.files[0], text)
+                    roots.append(prefix)
+                    base = base or prefix
                 found += [(kind_of(p) or default, p) for p in listing.files]
             continue
         path = Path(text)
         if path.is_dir():
             base = base or path
+            directories.append(path)
             found += _usable(text, _files_below(path), kind_of, empty_directory)
         elif path.exists():
             found.append((kind_of(path) or default, path))
         elif glob.has_magic(text):
-            matched = sorted(Path(p) for p in glob.glob(text, recursive=True) if Path(p).is_file())
-            if not matched:
-                raise InputError(f"{text}: pattern matches no file")
-            found += [(kind_of(p) or default, p) for p in matched]
+            matched = sorted(Path(p) for p in glob.glob(text, recursive=True))
+            below = [d for d in matched if d.is_dir()]
+            files = [p for p in matched if p.is_file()]
+            if not below and not files:
+                raise InputError(f"{text}: pattern matches no file or directory")
+            root = _glob_root(text)
+            base = base or root
+            for directory in below:  # each matched directory as if it were named (a sweep of run dirs)
+                directories.append(directory)
+                found += [(kind, p) for p in _files_below(directory) if (kind := kind_of(p)) is not None]
+            if files:
+                roots.append(root)
+                # Files the glob alone matched are read whatever their names; beside matched directories only the
+                # ones a format recognises, as in a directory.
+                found += [(kind, p) for p in files if (kind := kind_of(p) or (None if below else default))]
+            if not found:
+                raise empty_directory(text, [p for d in below for p in _files_below(d)] + files)
         else:
             _check_symlink_loop(path, text)
             raise InputError(f"{text}: no such file or directory")
@@ -78,7 +104,31 @@ def expand_paths(
     unique: dict[Path, tuple[str, Path]] = {}
     for kind, p in found:
         unique.setdefault(p.resolve(), (kind, p))
-    return Expansion(files=list(unique.values()), base=base)
+    return Expansion(files=list(unique.values()), base=base, directories=tuple(directories), glob_roots=tuple(roots))
+
+
+def _glob_root(pattern: str) -> Path:
+    """The directory a glob's fixed leading parts name (``runs`` of ``runs/*/rollouts.parquet``; ``.`` for
+    ``*.parquet``)."""
+    fixed: list[str] = []
+    for part in Path(pattern).parts:
+        if glob.has_magic(part):
+            break
+        fixed.append(part)
+    return Path(*fixed) if fixed else Path(".")
+
+
+def _remote_glob_root(match: RemotePath, url: str) -> RemotePath:
+    """The prefix a storage glob's fixed leading parts name (``s3://bucket/runs`` of ``s3://bucket/runs/*/x``),
+    never above the bucket (``match`` is one of its matches)."""
+    scheme, _, key = url.partition("://")
+    fixed: list[str] = []
+    for part in key.split("/"):
+        if glob.has_magic(part):
+            break
+        fixed.append(part)
+    root = RemotePath(f"{scheme}://" + "/".join(fixed))
+    return root if root in match.parents else match.bucket
 
 
 def _usable(

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from collapse_doctor.io.discovery import discover_runs
-from collapse_doctor.io.rollouts.parquet_parts import split_directory
+from collapse_doctor.io.rollouts.parquet_parts import being_written, split_directory
 from tests.helpers.scalar_runs import trl_series, write_events
+from tests.helpers.trl import trl_output_dir
 
 
 def _table(steps: range, channels: tuple[str, ...]) -> pa.Table:
@@ -80,8 +82,46 @@ def test_a_run_directory_keeps_its_scalar_logs_when_it_sits_beside_other_runs(tm
     assert runs["other"].scalar_logs == {}
 
 
-def test_an_unreadable_footer_is_a_run_of_its_own(tmp_path: Path) -> None:
-    good = [_write(tmp_path / f"part-{lo}.parquet", range(lo, lo + 5)) for lo in (0, 5)]
+def test_a_damaged_footer_is_a_run_of_its_own(tmp_path: Path) -> None:
     bad = tmp_path / "part-9.parquet"
     bad.write_bytes(b"PAR1 not really")
+    os.utime(bad, ns=(1, 1))  # older than the good parts: damaged, not being written
+    good = [_write(tmp_path / f"part-{lo}.parquet", range(lo, lo + 5)) for lo in (0, 5)]
+    assert being_written([*good, bad]) == []
     assert split_directory([*good, bad]) == [good, [bad]]
+
+
+def test_a_glob_of_one_runs_parts_is_one_run(tmp_path: Path) -> None:
+    parts = [_write(tmp_path / "rollouts" / f"part-{lo}.parquet", range(lo, lo + 5)) for lo in (0, 5)]
+    [run] = discover_runs([str(tmp_path / "rollouts" / "part-*.parquet")])
+    assert run.rollout_files == parts
+
+
+def _half_written(path: Path, whole: Path) -> Path:
+    """The first half of ``whole``'s bytes at ``path``: a trainer's writer stopped before the footer."""
+    data = whole.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+    return path
+
+
+def test_a_part_being_written_is_set_aside_until_it_is_complete(tmp_path: Path) -> None:
+    # A writer appends the footer last, so the newest part without one is being written: the run is the complete
+    # parts (one run, not three), the part is named as not read, and once it is complete it is read.
+    parts = [_write(tmp_path / "rollouts" / f"part-{lo:06d}.parquet", range(lo, lo + 5)) for lo in (0, 5)]
+    whole = _write(tmp_path / "whole.parquet", range(10, 15))
+    writing = _half_written(tmp_path / "rollouts" / "part-000010.parquet", whole)
+    [run] = discover_runs([tmp_path / "rollouts"])
+    assert run.rollout_files == parts
+    assert len(run.set_aside) == 1 and run.set_aside[0].startswith(f"{writing} (no Parquet footer yet")
+    writing.write_bytes(whole.read_bytes())
+    [run] = discover_runs([tmp_path / "rollouts"])
+    assert run.rollout_files == [*parts, writing] and run.set_aside == ()
+
+
+def test_trl_completions_being_written_are_set_aside(tmp_path: Path) -> None:
+    out = trl_output_dir(tmp_path / "out", events=False)
+    done = sorted((out / "completions").iterdir())
+    writing = _half_written(out / "completions" / "completions_00031.parquet", done[-1])
+    [run] = discover_runs([out])
+    assert run.rollout_files == done
+    assert len(run.set_aside) == 1 and run.set_aside[0].startswith(f"{writing} (no Parquet footer yet")

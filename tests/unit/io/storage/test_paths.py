@@ -70,3 +70,30 @@ def test_a_symlink_loop_has_its_own_error(tmp_path: Path) -> None:
         _expand(tmp_path)  # found inside a directory: named too, not skipped
     with pytest.raises(InputError, match="no such file or directory"):
         _expand(tmp_path / "missing.parquet")  # a plain missing path keeps its message
+
+
+def _two_runs(root: Path) -> None:
+    for name, seed in (("a", 0), ("b", 1)):
+        (root / "runs" / name).mkdir(parents=True)
+        binary_run(root / "runs" / name / "rollouts.parquet", pass_rates={"x": 0.5}, steps=4, seed=seed)
+
+
+def test_a_glob_across_run_dirs_is_a_sweep_of_those_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Expected from the rule (docs/usage.md): a glob's files are grouped as a directory's are, by where they lie,
+    # so two run dirs' files are two runs (not one run whose groups hold both runs' completions), and a glob that
+    # matches the run dirs themselves is the same sweep.
+    _two_runs(tmp_path)
+    (tmp_path / "runs" / "notes.txt").write_text("not a run")  # beside matched directories: ignored, as in one
+    monkeypatch.chdir(tmp_path)
+    for pattern in ("runs/*/rollouts.parquet", "runs/*", "runs/*/"):
+        runs = discover_runs([pattern])
+        assert [r.name for r in runs] == ["a", "b"], pattern
+        assert [[p.as_posix() for p in r.rollout_files] for r in runs] == [
+            ["runs/a/rollouts.parquet"],
+            ["runs/b/rollouts.parquet"],
+        ], pattern
+
+
+def test_a_glob_that_matches_nothing_says_so(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match="pattern matches no file or directory"):
+        discover_runs([str(tmp_path / "runs" / "*")])
