@@ -125,12 +125,35 @@ class Config:
         return max(1, min(num_steps, max(self.min_persistence, math.ceil(self.persistence * num_steps))))
 
 
+def parse_toml(data: bytes) -> dict[str, Any]:
+    """A TOML document; text that is not UTF-8 (a binary file) or nested too deeply for the parser is a
+    ``TOMLDecodeError`` as any other bad TOML.
+
+    >>> parse_toml(b"a = 1")
+    {'a': 1}
+    >>> try:
+    ...     parse_toml(bytes([0xFF, 0xFE]))
+    ... except ValueError as exc:
+    ...     print(exc)
+    not UTF-8 text (byte 0xff at offset 0): not a text file
+    """
+    try:
+        return tomllib.loads(data.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        byte = data[exc.start]
+        where = f"byte 0x{byte:02x} at offset {exc.start}"
+        raise tomllib.TOMLDecodeError(f"not UTF-8 text ({where}): not a text file") from None
+    except RecursionError:
+        raise tomllib.TOMLDecodeError("nested too deeply to be read") from None
+
+
 def _load_toml(path: Path) -> dict[str, Any]:
     try:
-        with path.open("rb") as handle:
-            return tomllib.load(handle)
+        data = path.read_bytes()
     except OSError as exc:
         raise UsageError(f"{path}: cannot read config file ({exc.strerror or exc})") from exc
+    try:
+        return parse_toml(data)
     except tomllib.TOMLDecodeError as exc:
         raise UsageError(f"{path}: not valid TOML ({exc})") from exc
 

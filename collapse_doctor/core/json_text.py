@@ -1,4 +1,5 @@
-"""The JSON documents collapse-doctor writes: indented, with every list of plain values on one line.
+"""The JSON documents collapse-doctor writes (indented, with every list of plain values on one line), and the one
+parser of the JSON it reads (:func:`loads`).
 
 ``json.dumps(..., indent=2)`` runs Python's pure-Python encoder and puts every number of a per-step series on a
 line of its own: a scan of a long log spends most of its output time there, and the file is hard to read. Here
@@ -14,6 +15,22 @@ import secrets
 from typing import Any
 
 _PLAIN = (int, float, str, bool, type(None))
+
+
+def loads(text: str | bytes) -> Any:
+    """``json.loads``, with a document nested too deeply for Python's parser (``[[[[...]]]]``: a RecursionError) a
+    :class:`json.JSONDecodeError` as any other bad JSON, so every reader's "not valid JSON" error names the file.
+
+    >>> loads("[1, 2]")
+    [1, 2]
+    >>> loads("[" * 100_000)
+    Traceback (most recent call last):
+    json.decoder.JSONDecodeError: nested too deeply to be read: line 1 column 1 (char 0)
+    """
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise json.JSONDecodeError("nested too deeply to be read", str(text[:80]), 0) from None
 
 
 def dumps(document: Any, *, indent: int | None = 2) -> str:

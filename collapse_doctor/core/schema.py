@@ -20,14 +20,15 @@ the edge; nothing downstream knows which file or framework produced a row.
 
 from __future__ import annotations
 
-import json
 import math
-from collections.abc import Mapping, Sequence
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
 
+from collapse_doctor.core import json_text
 from collapse_doctor.core.errors import SchemaError, UsageError
 from collapse_doctor.core.series import CUT_AT_CAP, CUT_BY_FLAG
 
@@ -209,6 +210,8 @@ def discover_columns(
             f"{source}: expected column {step!r}; found columns: {_describe(schema)}",
             hint="pass --step-col NAME",
         )
+    repeated = {name: k for name, k in Counter(schema.names).items() if k > 1}
+    _check_unique(repeated, [step], source)
     step_type = schema.field(step).type
     if not (pa.types.is_integer(step_type) or pa.types.is_floating(step_type)):
         raise SchemaError(
@@ -231,6 +234,7 @@ def discover_columns(
     if reward_cols:
         rewards: list[RewardColumn] = []
         for name in reward_cols:
+            _check_unique(repeated, [name], source)
             rewards.extend(_reward_from_name(schema, name, source))
     else:
         rewards = _discover_rewards(schema, source)
@@ -240,6 +244,7 @@ def discover_columns(
             f"'rewards.<channel>' and a 'rewards' struct); found columns: {_describe(schema)}",
             hint="pass --reward-cols a,b,c",
         )
+    _check_unique(repeated, [group, *(r.column for r in rewards)], source)
     taken = {step: "step", group: "group"} if group else {step: "step"}
     clash = next((r for r in rewards if r.column in taken and r.struct_field is None), None)
     if clash is not None:
@@ -257,7 +262,10 @@ def discover_columns(
     _check_reward_types(schema, rewards, source)
 
     def optional(name: str) -> str | None:
-        return name if name in schema.names else None
+        if name not in schema.names:
+            return None
+        _check_unique(repeated, [name], source)
+        return name
 
     prompt = optional(PROMPT)
     if group is None and group_size is None and prompt is None:
@@ -283,6 +291,17 @@ def discover_columns(
     )
 
 
+def _check_unique(repeated: Mapping[str, int], names: Iterable[str | None], source: str) -> None:
+    """A column that is read must be the only one of its name: two ``step`` columns (a join that kept both) cannot
+    be told apart, and no option can pick one of them."""
+    name = next((n for n in names if n is not None and n in repeated), None)
+    if name is not None:
+        raise SchemaError(
+            f"{source}: column {name!r} appears {repeated[name]} times, so it cannot be read",
+            hint="give each column a name of its own when writing the table (pyarrow: Table.rename_columns)",
+        )
+
+
 def check_same_layout(schema: pa.Schema, columns: ColumnMap, *, source: str) -> None:
     """Check that another file of the same run has the columns the first file had."""
     missing = [c for c in columns.source_columns if c not in schema.names]
@@ -291,6 +310,7 @@ def check_same_layout(schema: pa.Schema, columns: ColumnMap, *, source: str) -> 
             f"{source}: missing column(s) {missing} that the run's first file has; found columns: {_describe(schema)}",
             hint="scan files of one run together, or pass matching --*-col options",
         )
+    _check_unique({n: k for n, k in Counter(schema.names).items() if k > 1}, columns.source_columns, source)
     _check_reward_types(schema, columns.rewards, source)
 
 
@@ -364,7 +384,7 @@ def metadata_weights(metadata: Mapping[bytes, bytes] | None, *, source: str) -> 
     if raw is None:
         return {}
     try:
-        data = json.loads(raw)
+        data = json_text.loads(raw)
         weights = {str(k): float(v) for k, v in data.items()}
     except (ValueError, TypeError, AttributeError) as exc:
         raise SchemaError(

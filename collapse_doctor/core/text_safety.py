@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 import unicodedata
 
-__all__ = ["printable"]
+__all__ = ["printable", "shortened"]
 
 _BIDI = "\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"
 _UNSAFE_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp"})
@@ -29,6 +29,8 @@ def _escape(char: str) -> str:
     if char in _NAMED:
         return _NAMED[char]
     code = ord(char)
+    if 0xDC80 <= code <= 0xDCFF:
+        return f"\\x{code - 0xDC00:02x}"  # a byte of a file name that is not UTF-8 (Python's surrogateescape)
     if code < 0x100:
         return f"\\x{code:02x}"
     if code < 0x10000:
@@ -45,8 +47,25 @@ def printable(text: object) -> str:
     evil\\x1b[31m\\nname\\u202e
     >>> printable("naïve ✅")
     'naïve ✅'
+    >>> print(printable(bytes([114, 0xFF]).decode("utf-8", "surrogateescape")))  # a file name's own bytes
+    r\\xff
     """
     text = str(text)
     if _ASCII_SAFE.fullmatch(text):
         return text
     return "".join(_escape(c) if _unsafe(c) else c for c in text)
+
+
+def shortened(text: str, width: int = 60) -> str:
+    """``text`` cut in the middle to at most ``width`` characters (its start and its end kept: a long run name or
+    path still reads as itself); shorter text unchanged.
+
+    >>> shortened("sweeps/lr-1e-6/seed-0/" + "x" * 100 + "/final", 40)
+    'sweeps/lr-1e-6/seed-0/xxxx…xxxxxxx/final'
+    >>> shortened("demo", 40)
+    'demo'
+    """
+    if len(text) <= width:
+        return text
+    tail = max(1, (width - 1) // 3)
+    return text[: width - 1 - tail] + "…" + text[-tail:]

@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from collapse_doctor.core import json_text
 from collapse_doctor.core.errors import InputError
 
 PROMPT_COLUMN = "prompt"
@@ -33,7 +34,7 @@ def read_prompt_rows(path: str | Path) -> list[dict[str, Any]]:
             if not line.strip():
                 continue
             try:
-                row = json.loads(line)
+                row = json_text.loads(line)
             except json.JSONDecodeError as exc:
                 raise InputError(f"{path}:{number}: not valid JSON ({exc.msg})", hint=_DATASET_HINT) from exc
             if not isinstance(row, dict):

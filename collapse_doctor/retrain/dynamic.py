@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 
+from collapse_doctor.core import json_text
 from collapse_doctor.engine.advantages import (
     Segments,
     channel_advantage_std,
@@ -101,5 +102,5 @@ def load_state(path: Path, channels: tuple[str, ...]) -> dict[str, Any] | None:
     """What :func:`save_state` wrote, or ``None`` when there is none, or one for other channels."""
     if not path.is_file():
         return None
-    state = json.loads(path.read_text(encoding="utf-8"))
+    state = json_text.loads(path.read_text(encoding="utf-8"))
     return state if tuple(state.get("channels", ())) == channels else None

@@ -27,11 +27,11 @@ lists the names.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from collapse_doctor.core import json_text
 from collapse_doctor.core.errors import CollapseDoctorError, InputError, UsageError
 from collapse_doctor.core.findings import (
     Action,
@@ -114,7 +114,7 @@ def read_scan(path: str | Path, run_name: str | None = None) -> dict[str, Any]:
     """The one run of a ``scan --json`` result (``run_name`` picks one of several)."""
     path = Path(path)
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json_text.loads(path.read_text(encoding="utf-8"))
     except OSError as exc:
         raise InputError(f"{path}: cannot read the scan result ({exc.strerror or exc})", hint=_HINT) from exc
     except ValueError as exc:

@@ -32,7 +32,9 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+from collapse_doctor.core.config import parse_toml
 from collapse_doctor.core.errors import UsageError
+from collapse_doctor.core.json_text import loads
 from collapse_doctor.engine.advantages import (
     ADVANTAGE_CLIP,
     DYNAMIC_EMA_ALPHA,
@@ -171,18 +173,22 @@ def load_settings(path: str | Path | None, defaults: RetrainSettings | None = No
         return defaults if defaults is not None else RetrainSettings()
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        raw = path.read_bytes()
     except OSError as exc:
         raise UsageError(f"{path}: cannot read config file ({exc.strerror or exc})", hint=_CONFIG_HINT) from exc
     data: Any
     if path.suffix.lower() == ".json":
         try:
-            data = json.loads(text)
+            data = loads(raw.decode("utf-8"))
+        except UnicodeDecodeError as exc:
+            raise UsageError(
+                f"{path}: not UTF-8 text (offset {exc.start}): not a text file", hint=_CONFIG_HINT
+            ) from exc
         except json.JSONDecodeError as exc:
             raise UsageError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})", hint=_CONFIG_HINT) from exc
     elif path.suffix.lower() == ".toml":
         try:
-            data = tomllib.loads(text)
+            data = parse_toml(raw)
         except tomllib.TOMLDecodeError as exc:
             raise UsageError(f"{path}: not valid TOML ({exc})", hint=_CONFIG_HINT) from exc
         nested = data.get("tool")

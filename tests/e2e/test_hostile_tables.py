@@ -1,5 +1,6 @@
 """Generated hostile tables through every command (issue 14): random column types, NaN / inf / huge values,
-duplicate, empty and control-character names, tiny and degenerate groups.
+duplicate, empty and control-character names, tiny and degenerate groups; since issue 26 also repeated step, group
+and prompt columns, long completion text, many channels, and hostile config files.
 
 Whatever the table, each command ends with exit code 0, 1 or 2, prints no traceback and no internal error, and
 leaves nothing in the directory but the input and the outputs it was asked for (no temp file, no half-written
@@ -14,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
@@ -92,7 +93,11 @@ def hostile_tables(draw: st.DrawFn) -> pa.Table:
         names.append("group_id")
     count = min(draw(st.integers(0, 12)), 1 + draw(st.integers(0, 2)))  # no reward column 1 time in 13
     unique = draw(st.sampled_from([True, True, True, False]))  # duplicate names now and then
-    for channel in draw(st.lists(NAMES, min_size=count, max_size=count, unique=unique)):
+    channels = draw(st.lists(NAMES, min_size=count, max_size=count, unique=unique))
+    if draw(st.integers(0, 9)) == 0:
+        channels = [f"c{k}" for k in range(draw(st.integers(20, 60)))]  # many channels
+        event("many channels")
+    for channel in channels:
         names.append("reward/" + channel)
         arrays.append(_rewards(draw(VALUES), n, rng))
     if draw(st.booleans()):
@@ -101,8 +106,31 @@ def hostile_tables(draw: st.DrawFn) -> pa.Table:
     if draw(st.booleans()):
         names.append("advantage")
         arrays.append(_rewards(draw(VALUES), n, rng))
+    if draw(st.integers(0, 5)) == 0:
+        names.append("completion")  # long text that no detector of these tables needs
+        event("completion text")
+        arrays.append(pa.array(["x" * draw(st.sampled_from([0, 1, 20_000])) + str(i) for i in range(n)]))
+    repeated = draw(st.sampled_from([None] * 6 + ["step", "group_id", "prompt"]))
+    if repeated in names:
+        names.append(repeated)  # the same name twice (a join that kept both sides)
+        event(f"repeated {repeated}")
+        arrays.append(arrays[names.index(repeated)])
     return pa.Table.from_arrays(arrays, names=names) if arrays else pa.table({"x": pa.array([], pa.int64())})
 
+
+CONFIGS: list[bytes | None] = [
+    None,
+    None,
+    b"persistence = 0.1\n",
+    b"[thresholds.CD402]\nshare = 80\n",
+    b"[thresholds.CD402]\nshare = nan\n",
+    b"[thresholds.CD101]\nwarn_ratio = -5\n",
+    b'min_persistence = "three"\n',
+    b"[thresholds.CD999]\nx = 1\n",
+    b"x = " + b"[" * 3000 + b"]" * 3000 + b"\n",
+    b"\x00\xff\xfe binary",
+]
+"""Config files the commands that judge are given: valid, out of range, unknown, nested, binary."""
 
 COMMANDS = {
     "scan": lambda src, out: ["scan", src, "--json", f"{out}/s.json", "--junit", f"{out}/j.xml"],
@@ -113,9 +141,16 @@ COMMANDS = {
 OUTPUTS = {"s.json", "j.xml", "r.html", "r-*.html", "a.parquet"}
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True)
-@given(table=hostile_tables(), command=st.sampled_from(sorted(COMMANDS)), group_size=st.sampled_from([None, 1, 3]))
-def test_hostile_tables_never_crash_a_command(table: pa.Table, command: str, group_size: int | None) -> None:
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True)
+@given(
+    table=hostile_tables(),
+    command=st.sampled_from(sorted(COMMANDS)),
+    group_size=st.sampled_from([None, 1, 3]),
+    config=st.sampled_from(CONFIGS),
+)
+def test_hostile_tables_never_crash_a_command(
+    table: pa.Table, command: str, group_size: int | None, config: bytes | None
+) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         out = folder / "out"
@@ -125,6 +160,10 @@ def test_hostile_tables_never_crash_a_command(table: pa.Table, command: str, gro
         args = [*COMMANDS[command](str(source), str(out)), "--device", "cpu"]
         if group_size is not None:
             args += ["--group-size", str(group_size)]
+        if config is not None and command != "advantages":
+            (folder / "cd.toml").write_bytes(config)
+            event(f"config {CONFIGS.index(config)}")
+            args += ["--config", str(folder / "cd.toml")]
         result = runner.invoke(app, args)
         text = result.output
         assert result.exit_code in (0, 1, 2), (result.exit_code, text, repr(result.exception))
@@ -135,4 +174,4 @@ def test_hostile_tables_never_crash_a_command(table: pa.Table, command: str, gro
         assert all(name in OUTPUTS or (name.startswith("r-") and name.endswith(".html")) for name in left), left
         if result.exit_code == 2 and command != "watch":
             assert left == set(), left
-        assert sorted(p.name for p in folder.iterdir()) == ["out", "run.parquet"]
+        assert sorted(p.name for p in folder.iterdir() if p.name != "cd.toml") == ["out", "run.parquet"]

@@ -20,11 +20,11 @@ read (``watch`` reads it again when it changed).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from collapse_doctor.core import json_text
 from collapse_doctor.core.errors import InputError, UsageError
 from collapse_doctor.io.logs.tensorboard import EventFileRead
 from collapse_doctor.io.logs.trainer_logs import records_to_read
@@ -86,7 +86,7 @@ def _rows(path: Path, run: str) -> Iterator[tuple[int, dict[str, float]]]:
         for row_id, step, blob in cursor:
             text = blob.decode("utf-8", errors="replace") if isinstance(blob, bytes) else str(blob)
             try:
-                metrics = json.loads(text)
+                metrics = json_text.loads(text)
             except ValueError as exc:
                 raise InputError(
                     f"{path}: metrics row {row_id} of run {run!r} is not JSON ({exc})",

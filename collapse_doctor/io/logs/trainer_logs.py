@@ -10,13 +10,13 @@ as the framework names them in TensorBoard, so one tag map serves both:
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from collapse_doctor.core import json_text
 from collapse_doctor.core.errors import InputError
 from collapse_doctor.io.logs.tensorboard import EventFileRead, ScalarLog, merge_reads, read_from
 from collapse_doctor.io.storage.remote import input_path
@@ -78,7 +78,7 @@ def trainer_state_records(path: str | Path) -> EventFileRead:
     it is always read whole)."""
     path = input_path(path)  # a RemotePath stays one
     try:
-        state = json.loads(path.read_text(encoding="utf-8"))
+        state = json_text.loads(path.read_text(encoding="utf-8"))
     except OSError as exc:
         raise InputError(f"{path}: cannot read file ({exc.strerror or exc})") from exc
     except ValueError as exc:
@@ -130,7 +130,7 @@ def read_verl_file_log(path: str | Path, *, start: int = 0) -> EventFileRead:
             continue
         where = f"line {_line_number(path, start, index)}"
         try:
-            obj = json.loads(line)
+            obj = json_text.loads(line)
         except ValueError as exc:
             raise InputError(
                 f"{path}: {where} is not JSON ({exc})",
@@ -157,7 +157,7 @@ def read_verl_file_log(path: str | Path, *, start: int = 0) -> EventFileRead:
 
 def looks_like_verl_file_log(first_line: str) -> bool:
     try:
-        obj = json.loads(first_line)
+        obj = json_text.loads(first_line)
     except ValueError:
         return False
     return isinstance(obj, dict) and "step" in obj and isinstance(obj.get("data"), dict)

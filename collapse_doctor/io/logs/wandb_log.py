@@ -43,7 +43,6 @@ Keys are kept as the trainer logged them: transformers' callback logs TRL's metr
 from __future__ import annotations
 
 import fnmatch
-import json
 import re
 import struct
 import zlib
@@ -52,6 +51,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from collapse_doctor.core import json_text
 from collapse_doctor.core.errors import InputError
 from collapse_doctor.io.logs.tensorboard import EventFileRead, read_from
 from collapse_doctor.io.logs.trainer_logs import records_to_read
@@ -192,7 +192,7 @@ def _item_value(item: Any) -> float | None:
     except ValueError:
         pass
     try:
-        return _number(json.loads(text))
+        return _number(json_text.loads(text))
     except ValueError:
         return None
 

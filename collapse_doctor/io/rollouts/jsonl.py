@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
+from collapse_doctor.core import json_text
 from collapse_doctor.core.errors import InputError
 
 
@@ -21,7 +21,7 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
         if not line.strip():
             continue
         try:
-            obj = json.loads(line)
+            obj = json_text.loads(line)
         except ValueError as exc:
             raise InputError(f"{path}: line {number} is not JSON ({exc})", hint="pass JSON Lines files") from exc
         if not isinstance(obj, dict):

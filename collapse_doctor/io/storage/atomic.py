@@ -23,6 +23,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
 from collapse_doctor.core.errors import OutputError
+from collapse_doctor.core.text_safety import printable, shortened
 from collapse_doctor.io.storage.remote import RemotePath, as_url, looks_remote
 
 STDOUT = "-"
@@ -34,10 +35,33 @@ def is_stdout(output: str | Path | None) -> bool:
     return output is not None and str(output) == STDOUT
 
 
+NAME_MAX = 255
+"""The longest file name (in bytes) most file systems allow, where the file system does not say."""
+TEMP_NAME = 64
+"""How many bytes of the output's name the temp file beside it repeats (a long name leaves room for the rest)."""
+
+
+def check_name(output: Path) -> None:
+    """Refuse a file name longer than its file system allows (checked before any work, never a crash at the end)."""
+    name = os.fsencode(output.name)
+    directory = output.parent if str(output.parent) else Path(".")
+    try:
+        limit = os.pathconf(directory, "PC_NAME_MAX")
+    except (OSError, ValueError):
+        limit = NAME_MAX
+    if len(name) > limit:
+        raise OutputError(
+            f"{printable(output.parent / shortened(output.name))}: the file name is {len(name)} bytes; this file "
+            f"system allows {limit}",
+            hint="choose a shorter file name",
+        )
+
+
 def check_not_an_input(output: Path, inputs: Sequence[Path]) -> None:
     """Refuse to write over one of the files being read."""
     if is_stdout(output):
         return
+    check_name(output)
     target = output.resolve()
     for source in inputs:
         if isinstance(source, RemotePath):
@@ -167,7 +191,8 @@ def atomic_path(output: str | Path, *, inputs: Sequence[Path] = ()) -> Iterator[
 @contextlib.contextmanager
 def _temp(output: Path, directory: Path) -> Iterator[Path]:
     """A temp file in ``directory`` (the permissions of a file the user creates), removed unless moved away."""
-    name = output.name if not is_stdout(output) else "stdout"
+    # UTF-8 whatever the output's name (pyarrow opens paths as UTF-8): the name's bytes are the rename's business
+    name = os.fsencode(output.name)[:TEMP_NAME].decode("utf-8", "replace") if not is_stdout(output) else "stdout"
     try:
         fd, temp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=directory)
     except OSError as exc:
