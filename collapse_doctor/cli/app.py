@@ -20,12 +20,13 @@ import signal
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Annotated
 
 import typer
 
 from collapse_doctor.cli.advantages import advantages
-from collapse_doctor.cli.common import EXIT_ERROR, EXIT_OK, EXIT_TERMINATED, Terminated, err
+from collapse_doctor.cli.common import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_OK, EXIT_TERMINATED, Terminated, err
 from collapse_doctor.cli.compare import compare
 from collapse_doctor.cli.explain import explain
 from collapse_doctor.cli.report import report
@@ -108,6 +109,58 @@ def _sigterm_unwinds() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
+INTERRUPT_GRACE = 5.0
+"""Seconds a Ctrl-C has to unwind the command before the process ends anyway (exit 130)."""
+
+
+def _end_now(code: int, message: str) -> None:
+    """End the process at once: temp files of outputs removed, one line on stderr, streams flushed."""
+    from collapse_doctor.io.storage.atomic import remove_temp_files
+
+    remove_temp_files()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):
+            stream.flush()
+    with contextlib.suppress(OSError):
+        os.write(2, f"{message}\n".encode())
+    os._exit(code)
+
+
+@dataclass
+class _Interrupts:
+    count: int = 0
+
+
+@contextmanager
+def _interrupts_end_the_command() -> Iterator[_Interrupts]:
+    """While the app runs, Ctrl-C unwinds the command as Python's own handler does (KeyboardInterrupt: temp files
+    removed, watch's summary, exit 130 or watch's 0), and ends the process anyway when unwinding does not finish
+    within :data:`INTERRUPT_GRACE` seconds or on a second Ctrl-C: an interrupt that lands in a finalizer is
+    swallowed, and one that lands in an import can leave a thread of the reader waiting forever on its lock."""
+    import threading
+
+    interrupts = _Interrupts()
+
+    def interrupt(signum: int, frame: object) -> None:
+        interrupts.count += 1
+        if interrupts.count > 1:
+            _end_now(EXIT_INTERRUPTED, "interrupted (Ctrl-C, twice)")
+        watchdog = threading.Timer(INTERRUPT_GRACE, _end_now, (EXIT_INTERRUPTED, "interrupted (Ctrl-C)"))
+        watchdog.daemon = True
+        watchdog.start()
+        raise KeyboardInterrupt
+
+    try:
+        previous = signal.signal(signal.SIGINT, interrupt)
+    except ValueError:  # not the main thread: leave signals alone
+        yield interrupts
+        return
+    try:
+        yield interrupts
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Run the app and exit with its code; usage errors become one line, like every other error.
 
@@ -116,14 +169,19 @@ def main(argv: list[str] | None = None) -> None:
     Ctrl-C (temp files removed) and exits 143.
     """
     try:
-        with _sigterm_unwinds():
+        with _sigterm_unwinds(), _interrupts_end_the_command() as interrupts:
             from collapse_doctor.engine.cluster import normalise_ray_flag
 
             args = normalise_ray_flag(sys.argv[1:] if argv is None else argv)
             code = app(args=args, prog_name="collapse-doctor", standalone_mode=False)
+        if code == EXIT_INTERRUPTED and interrupts.count:  # Typer turns a KeyboardInterrupt into exit 130, silently
+            err("interrupted (Ctrl-C)")
     except Terminated:
         err("terminated (SIGTERM)")
         sys.exit(EXIT_TERMINATED)
+    except KeyboardInterrupt:
+        err("interrupted (Ctrl-C)")
+        sys.exit(EXIT_INTERRUPTED)
     except BrokenPipeError:
         # The reader went away (`collapse-doctor explain | head`): stop quietly, like other CLI tools.
         devnull = os.open(os.devnull, os.O_WRONLY)
@@ -141,9 +199,9 @@ def main(argv: list[str] | None = None) -> None:
         if _is_a(exc, "ClickException"):
             err(f"error: {exc.format_message()}")  # type: ignore[attr-defined]
             sys.exit(getattr(exc, "exit_code", EXIT_ERROR))
-        if _is_a(exc, "Abort"):  # Ctrl-C outside a command's own handling
-            err("aborted")
-            sys.exit(130)
+        if _is_a(exc, "Abort"):  # Ctrl-C outside a command's own handling (click's word for it)
+            err("interrupted (Ctrl-C)")
+            sys.exit(EXIT_INTERRUPTED)
         raise
     sys.exit(code if isinstance(code, int) else EXIT_OK)
 
@@ -167,6 +225,10 @@ def run(argv: list[str] | None = None) -> None:
         code = exc.code if isinstance(exc.code, int) else (EXIT_OK if exc.code is None else EXIT_ERROR)
         if not isinstance(exc.code, int | None):
             err(str(exc.code))
+    # The command is over and its exit code decided: a Ctrl-C during the teardown changes nothing (it would land
+    # in a finalizer of the network clients and print an ignored KeyboardInterrupt).
+    with contextlib.suppress(ValueError):
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
     if "torch" not in sys.modules or FULL_TEARDOWN_COMMANDS.intersection(args):
         sys.exit(code)
     for stream in (sys.stdout, sys.stderr):

@@ -26,6 +26,8 @@ EXIT_OK, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
 
 EXIT_TERMINATED = 128 + signal.SIGTERM
 """The exit code after SIGTERM (143), as a shell reports a process the signal ended."""
+EXIT_INTERRUPTED = 128 + signal.SIGINT
+"""The exit code after Ctrl-C (130), except ``watch``'s (0: Ctrl-C is how a watch ends)."""
 
 
 class Terminated(SystemExit):

@@ -198,6 +198,7 @@ def _temp(output: Path, directory: Path) -> Iterator[Path]:
     except OSError as exc:
         raise OutputError(f"{output}: cannot write in {str(directory)!r} ({exc.strerror})") from exc
     tmp = Path(temp)
+    _LIVE.add(tmp)
     try:
         os.close(fd)
         # mkstemp creates 0o600; the finished file should get the permissions of any file the user creates.
@@ -214,6 +215,21 @@ def _temp(output: Path, directory: Path) -> Iterator[Path]:
     else:
         with contextlib.suppress(OSError):  # moved onto the target: nothing left; copied to stdout: removed
             tmp.unlink()
+    finally:
+        _LIVE.discard(tmp)
+
+
+_LIVE: set[Path] = set()
+"""The temp files being written now (what :func:`remove_temp_files` removes)."""
+
+
+def remove_temp_files() -> None:
+    """Remove the temp files being written now: what a process that must end at once (a second Ctrl-C) leaves
+    tidy; the targets themselves are untouched (never half-written)."""
+    for tmp in list(_LIVE):
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        _LIVE.discard(tmp)
 
 
 def _copy_to_stdout(output: Path, tmp: Path) -> None:
