@@ -256,13 +256,35 @@ def in_catalogue_order(values: Mapping[str, V]) -> dict[str, V]:
     return {name: values[name] for name in SERIES if name in values}
 
 
+MAX_PAIRED_CHANNELS = 64
+"""The most channels whose pairwise statistics are computed (2,016 pairs): the within-group correlations (CD401)
+and the weight fit cost the square of the channel count in time, memory and JSON. A run with more channels has
+none (CD401 and weight inference say so); every per-channel statistic is still computed."""
+
+PAIRS_CAPPED = (
+    f"pairwise statistics are computed for at most {MAX_PAIRED_CHANNELS} channels (their cost grows with the square "
+    "of the channel count)"
+)
+"""Why a run with more channels has no pairwise statistics (a skip reason and a run warning)."""
+
+
+def pair_indices(num_channels: int) -> list[tuple[int, int]]:
+    """The channel index pairs of the ``[S, P]`` statistics (``itertools.combinations``; none beyond
+    :data:`MAX_PAIRED_CHANNELS` channels).
+
+    >>> pair_indices(3), pair_indices(MAX_PAIRED_CHANNELS + 1)
+    ([(0, 1), (0, 2), (1, 2)], [])
+    """
+    return [] if num_channels > MAX_PAIRED_CHANNELS else list(combinations(range(num_channels), 2))
+
+
 def channel_pairs(channels: tuple[str, ...] | list[str]) -> list[tuple[str, str]]:
-    """Channel pairs in the order the ``[S, P]`` statistics use (``itertools.combinations``).
+    """Channel pairs in the order the ``[S, P]`` statistics use (:func:`pair_indices`).
 
     >>> channel_pairs(["a", "b", "c"])
     [('a', 'b'), ('a', 'c'), ('b', 'c')]
     """
-    return list(combinations(channels, 2))
+    return [(channels[i], channels[j]) for i, j in pair_indices(len(channels))]
 
 
 @dataclass

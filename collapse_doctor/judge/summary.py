@@ -19,9 +19,16 @@ from collapse_doctor.core.numbers import nanmedian
 from collapse_doctor.core.reduction import RunReduction
 from collapse_doctor.core.result import RunSummary
 from collapse_doctor.core.scalars import ScalarSeries
-from collapse_doctor.core.series import RunSeries
+from collapse_doctor.core.series import MAX_PAIRED_CHANNELS, PAIRS_CAPPED, RunSeries
 from collapse_doctor.core.smoothing import rolling
 from collapse_doctor.judge.budget import applies_share, channel_extreme_shares, signal_budget
+
+
+def _pairs_capped(channels: Sequence[str]) -> tuple[str, ...]:
+    """The warning of a run with too many channels for pairwise statistics (CD401, weight inference)."""
+    if len(channels) <= MAX_PAIRED_CHANNELS:
+        return ()
+    return (f"{len(channels)} channels: no collinearity check (CD401) and no weight inference: {PAIRS_CAPPED}",)
 
 
 def rollout_summary(reduction: RunReduction, *, algorithm: tuple[str, str]) -> RunSummary:
@@ -44,7 +51,7 @@ def rollout_summary(reduction: RunReduction, *, algorithm: tuple[str, str]) -> R
         algorithm_source=algorithm[1],
         logged_advantage=reduction.logged_advantage,
         device=reduction.device,
-        warnings=tuple(reduction.notes.warnings()),
+        warnings=tuple(reduction.notes.warnings()) + _pairs_capped(reduction.channels),
         ground_truth=reduction.ground_truth,
         dynamic_weight_channels=tuple(reduction.dynamic_weight_channels),
     )

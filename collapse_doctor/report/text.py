@@ -108,7 +108,10 @@ def render_text(
     if run.scalar_points:
         framework = printable(run.scalar_framework or "unrecognised tags")
         console.print(f"  scalar log {run.scalar_points:,} points ({framework})")
-    channels = ", ".join(f"{printable(c)} (w={run.weights[c]:g})" for c in run.channels)
+    listed = run.channels[:RUN_LINE_CHANNELS]
+    channels = ", ".join(f"{printable(c)} (w={run.weights[c]:g})" for c in listed)
+    if len(run.channels) > len(listed):
+        channels += f", ... ({len(run.channels):,} channels in all)"
     console.print(f"  channels {channels}")
     algorithm = printable(f"{run.algorithm.upper()} ({run.algorithm_source})")
     if run.rollouts or not run.scalar_points:
@@ -201,10 +204,36 @@ def _table() -> Table:
     )
 
 
+RUN_LINE_CHANNELS = 12
+"""The most channels the run card's ``channels`` line names (with their weights); it then says how many there are."""
+TABLE_CHANNELS = 40
+"""The most channels a text table lists (the ones findings name first); the rest are counted below it and are all
+in the JSON and the HTML report."""
+
+
+def _shown(rows: list[dict[str, Any]], diagnosis: Diagnosis) -> tuple[list[dict[str, Any]], int]:
+    """The channel rows a text table lists, in their order (the channels findings name first when not all fit),
+    and how many are left out."""
+    if len(rows) <= TABLE_CHANNELS:
+        return rows, 0
+    named = {c for f in diagnosis.findings for c in f.channels}
+    keep = [i for i, row in enumerate(rows) if row["channel"] in named][:TABLE_CHANNELS]
+    keep += [i for i in range(len(rows)) if i not in set(keep)][: TABLE_CHANNELS - len(keep)]
+    return [rows[i] for i in sorted(keep)], len(rows) - len(keep)
+
+
+def _left_out(console: Console, count: int) -> None:
+    if count:
+        console.print(
+            Text(f"  ... and {count:,} more channels (every channel is in --json and report --html)", style="dim")
+        )
+
+
 def _scalar_channels(console: Console, diagnosis: Diagnosis) -> None:
-    rows = diagnosis.channel_table()
-    if not rows:
+    every = diagnosis.channel_table()
+    if not every:
         return
+    rows, hidden = _shown(every, diagnosis)
     table = _table()
     monitor = any(row["rel_gain_peak"] is not None for row in rows)  # a collapse-doctor retrain log
     names = ["channel", "weight", "reward std peak -> now", "mean reward"]
@@ -229,6 +258,7 @@ def _scalar_channels(console: Console, diagnosis: Diagnosis) -> None:
         table.add_row(*cells)
     console.print(Text("Channels, from the scalar log (now = median of the last 10% of points)", style="bold"))
     console.print(table)
+    _left_out(console, hidden)
     console.print()
 
 
@@ -244,7 +274,8 @@ def _rollout_channels(console: Console, diagnosis: Diagnosis) -> None:
         ("mean reward", "right"),
     ]:
         table.add_column(name, justify=justify)  # type: ignore[arg-type]
-    for row in diagnosis.channel_table():
+    rows, hidden = _shown(diagnosis.channel_table(), diagnosis)
+    for row in rows:
         peak_at = f" (step {row['rel_gain_peak_step']})" if row["rel_gain_peak_step"] is not None else ""
         table.add_row(
             printable(row["channel"]),
@@ -257,6 +288,7 @@ def _rollout_channels(console: Console, diagnosis: Diagnosis) -> None:
         )
     console.print(Text("Channels (now = median of the last 10% of steps)", style="bold"))
     console.print(table)
+    _left_out(console, hidden)
     console.print()
 
 

@@ -10,12 +10,12 @@ The support: ``corr_rows`` counts the rows with both rewards in groups that have
 
 from __future__ import annotations
 
-from itertools import combinations
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 import collapse_doctor.engine.stats.dense as dense_np
+from collapse_doctor.core.series import pair_indices
 from collapse_doctor.engine.stats.chunk import GeneralChunk
 from collapse_doctor.engine.stats.dense import DenseChunk
 from collapse_doctor.engine.stats.kernels import ratio
@@ -30,7 +30,7 @@ NAMES = ("corr_sxy", "corr_sxx", "corr_syy", "within_corr", "corr_rows", "corr_g
 
 
 def general(c: GeneralChunk) -> dict[str, Tensor]:
-    pairs = list(combinations(range(c.num_channels), 2))
+    pairs = pair_indices(c.num_channels)
     if not pairs:
         return {}
     r, dev = c.rewards, c.dev
@@ -56,7 +56,7 @@ def general(c: GeneralChunk) -> dict[str, Tensor]:
 
 
 def dense(c: DenseChunk) -> dict[str, np.ndarray]:
-    pairs = list(combinations(range(c.num_channels), 2))
+    pairs = pair_indices(c.num_channels)
     if not pairs:
         return {}
     dev = c.dev

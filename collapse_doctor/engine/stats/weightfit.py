@@ -18,7 +18,8 @@ so the step mean is 0 and the projection is taken over the whole step:
 Only valid rows with a logged value enter (the relations hold row by row). The series store ``M``'s
 diagonal (``wfit_*_diag`` ``[channel]``), its off-diagonal entries (``wfit_*_off`` ``[pair]``, in
 :func:`collapse_doctor.core.series.channel_pairs` order) and ``wfit_*_norm``, the trace of ``D^T D`` (``Z^T Z``)
-over the same groups and rows. A solver sums them over steps and minimises ``w^T M w`` with ``w_1 = 1``
+over the same groups and rows (none beyond :data:`~collapse_doctor.core.series.MAX_PAIRED_CHANNELS` channels: a
+``C x C`` matrix per step). A solver sums them over steps and minimises ``w^T M w`` with ``w_1 = 1``
 (``w_rest = -M_rest,rest^-1 M_rest,1``); ``w^T M w / (|w|^2 norm)`` is the fit's relative residual, below
 about 1e-8 (float32 rounding) for the weights used and orders of magnitude larger for others (about 1e-3 for
 the other algorithm's advantages, 1e-2 and more for wrong weights). Groups whose logged advantages are all 0
@@ -38,6 +39,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from collapse_doctor.core.series import MAX_PAIRED_CHANNELS
 from collapse_doctor.engine.stats.chunk import GeneralChunk
 from collapse_doctor.engine.stats.dense import DenseChunk
 from collapse_doctor.engine.stats.kernels import to_host
@@ -53,7 +55,7 @@ NAMES = tuple(f"wfit_{name}_{part}" for name in ALGORITHMS for part in ("diag", 
 
 
 def general(c: GeneralChunk) -> dict[str, np.ndarray]:
-    if c.input.logged is None:
+    if c.input.logged is None or c.num_channels > MAX_PAIRED_CHANNELS:
         return {}
     logged = c.input.logged.to(c.rewards.dtype)
     has = ~torch.isnan(logged) & c.valid_row
@@ -90,7 +92,7 @@ def general(c: GeneralChunk) -> dict[str, np.ndarray]:
 
 
 def dense(c: DenseChunk) -> dict[str, np.ndarray]:
-    if c.logged is None:
+    if c.logged is None or c.num_channels > MAX_PAIRED_CHANNELS:
         return {}
     logged = c.members(c.logged)
     has = ~np.isnan(logged)

@@ -50,6 +50,13 @@ from collapse_doctor.io.storage.paths import expand_paths
 from collapse_doctor.io.storage.remote import RemotePath, parquet_source
 
 BATCH_ROWS = 262_144
+BATCH_BYTES = 16 << 20
+"""About the most bytes (uncompressed) a record batch of the read columns holds: long completion text is read in
+batches of fewer rows, so memory does not grow with the length of the text."""
+CHUNK_BYTES = 32 << 20
+"""About the most bytes a chunk of whole steps holds before it is cut (besides its :data:`SCAN_CHUNK_ROWS` rows)."""
+READ_BUFFER = 1 << 20
+"""Bytes a local file's column chunks are read in (:func:`open_parquet`)."""
 PARQUET_SUFFIXES = (".parquet", ".pq", ".parq")
 _MAGIC = b"PAR1"
 DYNAMIC_WEIGHT_PREFIX = "weight/"
@@ -127,8 +134,11 @@ def open_parquet(path: Path, data: bytes | None = None) -> pq.ParquetFile:
         )
     try:
         # pre_buffer=False: with pre-buffering, iter_batches keeps every row group it read until the file
-        # is closed, so memory would grow with the run (measured in docs/benchmarks.md).
-        return pq.ParquetFile(source, pre_buffer=False)
+        # is closed, so memory would grow with the run (measured in docs/benchmarks.md). A local file is read
+        # through a buffer of READ_BUFFER bytes: a column chunk of long text (131 MB in a row group of 8,192
+        # completions of 16 kB) is then never held whole (an object in storage is not: one ranged read a chunk).
+        buffered = 0 if data is not None or isinstance(path, RemotePath) else READ_BUFFER
+        return pq.ParquetFile(source, pre_buffer=False, buffer_size=buffered)
     except (pa.ArrowException, OSError) as exc:
         raise InputError(
             f"{path}: truncated or corrupt Parquet file ({_first_line(exc)})",
@@ -141,6 +151,38 @@ def _first_line(exc: BaseException) -> str:
     return text[0] if text else type(exc).__name__
 
 
+def batch_rows(pf: pq.ParquetFile, columns: Sequence[str]) -> int:
+    """Rows per record batch for ``columns`` of this file: :data:`BATCH_ROWS`, fewer where a row of them holds more
+    than ``BATCH_BYTES / BATCH_ROWS`` bytes, at least 16. A row's bytes are the footer's uncompressed column chunk
+    sizes (the widest row group decides) and, where a text column is read, what its first rows take once decoded:
+    a dictionary-encoded column of long identical completions (a collapsed policy) is small on disk and large in
+    memory.
+
+    >>> import io
+    >>> sink = io.BytesIO()
+    >>> pq.write_table(pa.table({"step": [0] * 32, "completion": [f"{i % 2}" * 20_000 for i in range(32)]}), sink)
+    >>> handle = pq.ParquetFile(pa.BufferReader(sink.getvalue()))
+    >>> batch_rows(handle, ["step"]), batch_rows(handle, ["step", "completion"])
+    (262144, 838)
+    """
+    meta = pf.metadata
+    names = meta.schema.names
+    wanted = {i for i, name in enumerate(names) if name in set(columns) or name.split(".")[0] in set(columns)}
+    widest = 0.0
+    for g in range(meta.num_row_groups):
+        group = meta.row_group(g)
+        if group.num_rows:
+            size = sum(group.column(i).total_uncompressed_size for i in range(group.num_columns) if i in wanted)
+            widest = max(widest, size / group.num_rows)
+    schema = pf.schema_arrow
+    text = [c for c in columns if c in schema.names and _is_text(schema.field(c).type)]
+    if text and meta.num_rows:
+        first = next(pf.iter_batches(batch_size=16, columns=text, row_groups=[0]), None)
+        if first is not None and first.num_rows:
+            widest = max(widest, first.nbytes / first.num_rows)
+    return int(min(BATCH_ROWS, max(16, BATCH_BYTES // widest))) if widest > 0 else BATCH_ROWS
+
+
 def _iter_batches(
     pf: pq.ParquetFile,
     path: Path,
@@ -148,10 +190,11 @@ def _iter_batches(
     unify: Mapping[str, pa.DataType] | None = None,
     row_groups: Sequence[int] | None = None,
 ) -> Iterator[pa.RecordBatch]:
-    """The file's record batches of ``columns`` (of ``row_groups`` only, if given); ``unify`` casts the columns
-    whose type differs between files."""
+    """The file's record batches of ``columns`` (of ``row_groups`` only, if given; :func:`batch_rows` rows each);
+    ``unify`` casts the columns whose type differs between files."""
     try:
-        for batch in pf.iter_batches(batch_size=BATCH_ROWS, columns=columns, row_groups=row_groups):
+        size = batch_rows(pf, columns)
+        for batch in pf.iter_batches(batch_size=size, columns=columns, row_groups=row_groups):
             if unify:
                 for name, dtype in unify.items():
                     index = batch.schema.get_field_index(name)
@@ -560,7 +603,7 @@ class ParquetRun:
         cols = self.columns
         read = cols.source_columns
         pending: list[pa.RecordBatch] = []
-        rows, offset = 0, self._rows[0]
+        rows, offset, size = 0, self._rows[0], 0
         path = self.files[-1]
         for path, batch in self._range_batches(read):
             if cols.group is not None and batch.column(cols.group).null_count:
@@ -568,7 +611,8 @@ class ParquetRun:
             pending.append(batch)
             rows += batch.num_rows
             offset += batch.num_rows
-            if rows < max_rows:
+            size += batch.nbytes
+            if rows < max_rows and size < CHUNK_BYTES:
                 continue
             table = pa.Table.from_batches(pending)
             steps = _step_values(table.column(cols.step).combine_chunks(), path, cols.step)
@@ -579,6 +623,7 @@ class ParquetRun:
             yield self._stack(table.slice(0, cut), steps[:cut], path)
             rest = table.slice(cut)
             pending, rows = rest.to_batches(), rest.num_rows
+            size = sum(b.nbytes for b in pending)
         if rows:
             table = pa.Table.from_batches(pending)
             steps = _step_values(table.column(cols.step).combine_chunks(), path, cols.step)

@@ -176,6 +176,11 @@ class NotEnoughData(Exception):
     """
 
 
+class NotJudged(Exception):
+    """Raised by a detector that does not judge this run for a reason other than support (too many channels for
+    its pairwise statistics): the runner lists it as skipped with this message as it is."""
+
+
 class Detector:
     """Base class; subclasses set the class attributes and implement :meth:`detect`."""
 

@@ -8,6 +8,7 @@ from typing import ClassVar
 import numpy as np
 
 from collapse_doctor.core.findings import ConditionChannel, DropChannel, Remedy, SetRecipe, SetWeight
+from collapse_doctor.core.series import MAX_PAIRED_CHANNELS, PAIRS_CAPPED
 from collapse_doctor.core.smoothing import ratio_to_running_peak
 from collapse_doctor.judge.budget import applies_share, channel_extreme_shares
 from collapse_doctor.judge.detectors.base import (
@@ -15,6 +16,7 @@ from collapse_doctor.judge.detectors.base import (
     Detector,
     Finding,
     NotEnoughData,
+    NotJudged,
     Severity,
     persistent_onset,
     register,
@@ -50,7 +52,9 @@ class Collinearity(Detector):
         difficulty, which moves every channel together, does not count), pooled per step. It fires
         when |rho| stays above the threshold on steps with enough co-observed rollouts, and says
         whether the channels double-count (rho > 0) or cancel (rho < 0); with three or more channels the
-        variance inflation factor (VIF) of each channel is reported too.
+        variance inflation factor (VIF) of each channel is reported too. A run of more than 64 channels is
+        not judged (listed as skipped): its pairwise statistics, whose cost grows with the square of the
+        channel count, are not computed.
 
     Why it matters
         Two channels that rank completions the same way (rho > 0) count the same signal twice: its
@@ -78,6 +82,8 @@ class Collinearity(Detector):
 
     def detect(self, ctx: DetectionContext) -> list[Finding]:
         series = ctx.series
+        if len(series.channels) > MAX_PAIRED_CHANNELS:
+            raise NotJudged(f"not judged: {len(series.channels)} channels; {PAIRS_CAPPED}")
         if "within_corr" not in series:
             return []
         warn = ctx.threshold(self.code, "warn_rho")

@@ -7,7 +7,7 @@ from dataclasses import replace
 
 from collapse_doctor.core.findings import Finding, Severity
 from collapse_doctor.core.result import LACKS_SERIES
-from collapse_doctor.judge.detectors.base import REGISTRY, REQUIREMENTS, DetectionContext, NotEnoughData
+from collapse_doctor.judge.detectors.base import REGISTRY, REQUIREMENTS, DetectionContext, NotEnoughData, NotJudged
 
 
 def missing_requirement(
@@ -51,6 +51,9 @@ def run_detectors(ctx: DetectionContext, codes: Sequence[str]) -> tuple[list[Fin
             found = detector().detect(ctx)
         except NotEnoughData as exc:
             skipped[code] = f"not enough data to judge: {exc}"
+            continue
+        except NotJudged as exc:
+            skipped[code] = str(exc)
             continue
         except Exception as exc:  # a broken detector must not hide the others' findings
             found = [
