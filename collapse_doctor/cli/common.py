@@ -8,7 +8,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import IO, TYPE_CHECKING, Any
 
@@ -19,6 +19,7 @@ from collapse_doctor.core.errors import CollapseDoctorError
 if TYPE_CHECKING:
     from collapse_doctor.core.options import ScanOptions
     from collapse_doctor.core.result import Diagnosis
+    from collapse_doctor.pipeline.compare import GateResult
     from collapse_doctor.pipeline.scan import ScanResult
     from collapse_doctor.report.outputs import OutputRequest
 
@@ -121,10 +122,16 @@ def render_text(diagnosis: Diagnosis) -> None:
 
 
 def scan_and_write(
-    paths: list[str], options: ScanOptions, request: OutputRequest, *, stdout: IO[str] | None
-) -> tuple[int, list[ScanResult]]:
-    """Discover once, check the outputs, scan every run, write the outputs: the exit code and the results
-    (``scan`` and ``report``)."""
+    paths: list[str],
+    options: ScanOptions,
+    request: OutputRequest,
+    *,
+    stdout: IO[str] | None,
+    gate: Callable[[list[ScanResult]], list[GateResult]] | None = None,
+) -> tuple[int, list[ScanResult], list[GateResult]]:
+    """Discover once, check the outputs, scan every run, write the outputs: the exit code, the results and the gates
+    (``scan`` and ``report``). ``gate`` judges the results against a baseline before anything is written, so every
+    output carries the gate's verdict and exit code (``scan --baseline``)."""
     from collapse_doctor.core.text_safety import printable
     from collapse_doctor.pipeline.scan import RunsFailed, ScanHooks, plan_scan, run_scan
     from collapse_doctor.report.outputs import write_outputs
@@ -139,7 +146,9 @@ def scan_and_write(
             if not exc.results:
                 raise
             results, failures = exc.results, exc.failures
-    code = write_outputs(results, request, stdout=stdout, failures=[(n, e.one_line()) for n, e in failures])
+    gates = gate(results) if gate is not None else []
+    lines = [(n, e.one_line()) for n, e in failures]
+    code = write_outputs(results, request, stdout=stdout, failures=lines, gates=gates)
     for name, error in failures:
         err(f"error: run {printable(name)}: {error.one_line()}")
-    return code, results
+    return code, results, gates

@@ -39,7 +39,7 @@ def report(
     from collapse_doctor.report.outputs import OutputRequest, written_files
 
     request = OutputRequest(html=html_out)
-    code, results = scan_and_write(paths, options, request, stdout=None)
+    code, results, _ = scan_and_write(paths, options, request, stdout=None)
     to_stdout = is_stdout(html_out)  # the report is on stdout: the summary goes to stderr
     size = "" if to_stdout else f" ({html_out.stat().st_size / 1e6:.1f} MB)"
     if len(results) > 1:

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from collapse_doctor.cli.common import EXIT_OK, color, color_for, err, scan_and_write
+from collapse_doctor.cli.common import color, color_for, err, scan_and_write
 from collapse_doctor.cli.options import (
     DETECTORS,
     INPUT,
@@ -83,22 +83,25 @@ def scan(
         hint="scan RUN --baseline GOOD",
     )
     if baseline is None:
-        code, results = scan_and_write(paths, options, request, stdout=sys.stdout)
+        code, results, _ = scan_and_write(paths, options, request, stdout=sys.stdout)
         _report_written(request, results)
         raise typer.Exit(code)
-    from collapse_doctor.pipeline.compare import load_runs
+    from collapse_doctor.pipeline.compare import GateResult, load_runs
     from collapse_doctor.report.compare_outputs import gate_runs, write_gates
 
     # The baseline first: a bad baseline fails before the run is scanned.
     # Its files are inputs too: no output of the scan may overwrite them.
     base_args, base_results = load_runs([baseline], options.with_(run_name=None), minimum=1, outputs=request.files())
-    _, results = scan_and_write(paths, options, request, stdout=sys.stdout)
+
+    def gate(results: list[ScanResult]) -> list[GateResult]:
+        settings = gate_settings(results[0].diagnosis.config, zero_adv_margin, rel_gain_margin)
+        return gate_runs(base_args[0].label, base_results[0].diagnosis, [r.diagnosis for r in results], settings)
+
+    code, results, gates = scan_and_write(paths, options, request, stdout=sys.stdout, gate=gate)
     _report_written(request, results)
-    settings = gate_settings(results[0].diagnosis.config, zero_adv_margin, rel_gain_margin)
-    gates = gate_runs(base_args[0].label, base_results[0].diagnosis, [r.diagnosis for r in results], settings)
     out = sys.stderr if output_format != "text" else sys.stdout
     write_gates(gates, out, color=color_for(out))
-    raise typer.Exit(max((gate.exit_code for gate in gates), default=EXIT_OK))
+    raise typer.Exit(code)
 
 
 def _report_written(request: OutputRequest, results: list[ScanResult]) -> None:

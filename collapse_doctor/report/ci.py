@@ -5,12 +5,16 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from pathlib import PurePath
+from typing import TYPE_CHECKING
 from xml.etree import ElementTree as ET
 
 from collapse_doctor.core.findings import VERDICTS, Finding, Severity
 from collapse_doctor.core.numbers import fixed, pct, share_pct
 from collapse_doctor.core.result import Diagnosis, signal_sentence
 from collapse_doctor.core.text_safety import printable
+
+if TYPE_CHECKING:
+    from collapse_doctor.pipeline.compare import GateResult
 
 
 def describe_sources(sources: Sequence[str], shown: int = 3) -> str:
@@ -80,19 +84,29 @@ def _cases(diagnosis: Diagnosis) -> list[tuple[str, str, list[Finding]]]:
     return cases
 
 
-def junit_xml(diagnosis: Diagnosis) -> str:
-    """One testcase per detector (and channel where it applies): failure at or above fail-on, error on crash."""
-    suite = _suite(diagnosis, "collapse-doctor")
+def junit_xml(diagnosis: Diagnosis, gate: GateResult | None = None) -> str:
+    """One testcase per detector (and channel where it applies): failure at or above fail-on, error on crash.
+
+    With ``gate`` (``scan --baseline``) the gate decides, as it decides the exit code: one testcase per criterion
+    (a failure where the run regressed), and the findings are reported in their testcases without failing them.
+    """
+    suite = _suite(diagnosis, "collapse-doctor", gate)
     ET.indent(suite)
     return '<?xml version="1.0" encoding="utf-8"?>\n' + ET.tostring(suite, encoding="unicode") + "\n"
 
 
-def junit_runs_xml(diagnoses: Sequence[Diagnosis], failures: Sequence[tuple[str, str]] = ()) -> str:
+def junit_runs_xml(
+    diagnoses: Sequence[Diagnosis], failures: Sequence[tuple[str, str]] = (), gates: Sequence[GateResult] = ()
+) -> str:
     """Several runs: one ``<testsuite name="collapse-doctor: RUN">`` per run inside ``<testsuites>``; a run that
-    could not be scanned (``failures``: ``(run, error)``) is a suite with one errored "run scanned" case."""
+    could not be scanned (``failures``: ``(run, error)``) is a suite with one errored "run scanned" case; ``gates``
+    (one per run, in order) as in :func:`junit_xml`."""
     root = ET.Element("testsuites", name="collapse-doctor")
     totals = dict.fromkeys(("tests", "failures", "errors", "skipped"), 0)
-    suites = [_suite(d, f"collapse-doctor: {printable(d.run.name or '?')}") for d in diagnoses]
+    gated: list[GateResult | None] = list(gates) if gates else [None] * len(diagnoses)
+    suites = [
+        _suite(d, f"collapse-doctor: {printable(d.run.name or '?')}", g) for d, g in zip(diagnoses, gated, strict=True)
+    ]
     for name, error in failures:
         suite = ET.Element(
             "testsuite", name=f"collapse-doctor: {printable(name)}", tests="1", failures="0", errors="1", skipped="0"
@@ -111,8 +125,8 @@ def junit_runs_xml(diagnoses: Sequence[Diagnosis], failures: Sequence[tuple[str,
     return '<?xml version="1.0" encoding="utf-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
 
 
-def _suite(diagnosis: Diagnosis, name: str) -> ET.Element:
-    failing = {id(f) for f in diagnosis.failing()}
+def _suite(diagnosis: Diagnosis, name: str, gate: GateResult | None = None) -> ET.Element:
+    failing = {id(f) for f in diagnosis.failing()} if gate is None else set()  # the gate decides, not fail-on
     suite = ET.Element("testsuite", name=name, timestamp="", hostname="")
     tests = failures = errors = skipped = 0
     for code, name, found in _cases(diagnosis):
@@ -138,12 +152,21 @@ def _suite(diagnosis: Diagnosis, name: str) -> ET.Element:
             element.text = "\n".join(_describe(f) for f in bad)
         elif found:
             ET.SubElement(case, "system-out").text = "\n".join(_describe(f) for f in found)
-    if diagnosis.verdict == "inconclusive":
+    if diagnosis.verdict == "inconclusive" and gate is None:
         case = ET.SubElement(suite, "testcase", classname="collapse-doctor.run", name="run judged", time="0")
         tests += 1
         if diagnosis.exit_code():
             failures += 1
             ET.SubElement(case, "failure", message="no selected detector could judge this run", type="inconclusive")
+    baseline = printable(gate.baseline) if gate is not None else ""
+    for criterion in gate.criteria if gate is not None else ():
+        label = f"{criterion.name}: {printable(criterion.subject)}"
+        case = ET.SubElement(suite, "testcase", classname="collapse-doctor.gate", name=label, time="0")
+        tests += 1
+        if criterion.failed:
+            failures += 1
+            element = ET.SubElement(case, "failure", message=printable(criterion.detail), type="regression")
+            element.text = f"baseline {baseline}: {printable(criterion.detail)}"
     suite.set("tests", str(tests))
     suite.set("failures", str(failures))
     suite.set("errors", str(errors))

@@ -34,6 +34,7 @@ from collapse_doctor.core.result import JSON_FORMAT_VERSION, Diagnosis
 if TYPE_CHECKING:
     from collapse_doctor.core.options import ReadOptions, ScanOptions
     from collapse_doctor.io.discovery import RunInputs
+    from collapse_doctor.pipeline.compare import GateResult
     from collapse_doctor.pipeline.scan import RunCollector, ScanResult
     from collapse_doctor.report.html.collect import ReportExtras
 
@@ -155,9 +156,28 @@ def exit_code(diagnoses: Sequence[Diagnosis], failures: Sequence[Failure] = ()) 
     return EXIT_ERROR if failures else max((d.exit_code() for d in diagnoses), default=0)
 
 
-def json_text(diagnoses: Sequence[Diagnosis], failures: Sequence[Failure] = ()) -> str:
-    """One run's diagnosis, or the ``runs`` document of several (:func:`runs_dict`)."""
-    return diagnoses[0].to_json() if len(diagnoses) == 1 and not failures else runs_json(diagnoses, failures=failures)
+def json_text(
+    diagnoses: Sequence[Diagnosis], failures: Sequence[Failure] = (), gates: Sequence[GateResult] = ()
+) -> str:
+    """One run's diagnosis, or the ``runs`` document of several (:func:`runs_dict`); with ``gates`` (``scan
+    --baseline``) also ``gates``, and the document's ``exit_code`` is theirs (:func:`gated_exit_code`)."""
+    if not gates:
+        if len(diagnoses) == 1 and not failures:
+            return diagnoses[0].to_json()
+        return runs_json(diagnoses, failures=failures)
+    from collapse_doctor.core.json_text import dumps
+
+    one = len(diagnoses) == 1 and not failures
+    document = diagnoses[0].to_dict() if one else runs_dict(diagnoses, failures=failures)
+    document["exit_code"] = gated_exit_code(gates, failures)
+    document["gates"] = [gate.to_dict() for gate in gates]
+    return dumps(document)
+
+
+def gated_exit_code(gates: Sequence[GateResult], failures: Sequence[Failure] = ()) -> int:
+    """The exit code of ``scan --baseline``: 1 when a run regressed against the baseline, 2 when a run could not be
+    scanned (the scan's own ``--fail-on`` does not decide it: the baseline does)."""
+    return EXIT_ERROR if failures else max((gate.exit_code for gate in gates), default=0)
 
 
 def markdown_text(diagnoses: Sequence[Diagnosis]) -> str:
@@ -195,11 +215,14 @@ def write_outputs(
     *,
     stdout: IO[str] | None,
     failures: Sequence[Failure] = (),
+    gates: Sequence[GateResult] = (),
 ) -> int:
     """Write every file of ``request`` and render its stdout format on ``stdout``; returns the exit code.
 
     ``failures``: runs of the same scan that could not be scanned; the outputs are those of several runs, they
     name each failure (JSON ``failed_runs``, a JUnit error, a summary row) and the exit code is 2.
+    ``gates``: the runs judged against a baseline (``scan --baseline``): the JSON carries them and their exit code,
+    the JUnit their criteria as the testcases that fail, and the exit code is theirs.
 
     ``stdout=None`` renders nothing (``collapse-doctor report`` prints its own line). Files come first, in the
     order of :data:`FILE_OUTPUTS`; nothing is written when several runs meet an output that describes one.
@@ -213,11 +236,16 @@ def write_outputs(
     _refuse_shared_paths(request)
     inputs = _inputs(results)
     if request.json is not None:
-        _write_text(request.json, json_text(diagnoses, failures) + "\n", inputs)
+        _write_text(request.json, json_text(diagnoses, failures, gates) + "\n", inputs)
     if request.junit is not None:
         from collapse_doctor.report.ci import junit_runs_xml, junit_xml
 
-        _write_text(request.junit, junit_runs_xml(diagnoses, failures) if several else junit_xml(diagnoses[0]), inputs)
+        xml = (
+            junit_runs_xml(diagnoses, failures, gates)
+            if several
+            else junit_xml(diagnoses[0], gates[0] if gates else None)
+        )
+        _write_text(request.junit, xml, inputs)
     if request.markdown is not None:
         _write_text(request.markdown, markdown_text(diagnoses), inputs)
     if request.html is not None:
@@ -238,14 +266,14 @@ def write_outputs(
             _write_text(request.html, build_index(diagnoses, pages), inputs)
     if stdout is not None:
         try:
-            _render_stdout(diagnoses, request, stdout, failures)
+            _render_stdout(diagnoses, request, stdout, failures, gates)
         except BrokenPipeError:  # the reader went away (`scan RUN | head`): the scan's exit code stands
             import os
 
             devnull = os.open(os.devnull, os.O_WRONLY)
             with contextlib.suppress(OSError, ValueError, AttributeError):
                 os.dup2(devnull, stdout.fileno())  # Python's own flush at exit must not fail again
-    return exit_code(diagnoses, failures)
+    return gated_exit_code(gates, failures) if gates else exit_code(diagnoses, failures)
 
 
 def _inputs(results: Sequence[ScanResult]) -> list[Path]:
@@ -268,13 +296,17 @@ def _write_text(path: Path, text: str, inputs: Sequence[Path]) -> None:
 
 
 def _render_stdout(
-    diagnoses: Sequence[Diagnosis], request: OutputRequest, stdout: IO[str], failures: Sequence[Failure]
+    diagnoses: Sequence[Diagnosis],
+    request: OutputRequest,
+    stdout: IO[str],
+    failures: Sequence[Failure],
+    gates: Sequence[GateResult],
 ) -> None:
     if request.format == "json":
         from collapse_doctor.io.storage.atomic import is_stdout
 
         if request.json is None or not is_stdout(request.json):  # `--json -` wrote the same document there already
-            stdout.write(json_text(diagnoses, failures) + "\n")
+            stdout.write(json_text(diagnoses, failures, gates) + "\n")
     elif request.format == "github":
         from collapse_doctor.report.ci import github_annotations
 

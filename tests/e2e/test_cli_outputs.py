@@ -94,9 +94,9 @@ def test_each_command_has_its_groups_of_shared_options(command: str) -> None:
 def test_the_command_gets_one_scan_options(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     seen: list[ScanOptions] = []
 
-    def fake_scan(paths: list[str], options: ScanOptions, request: object, **kwargs: object) -> tuple[int, list]:  # type: ignore[type-arg]
+    def fake_scan(paths: list[str], options: ScanOptions, request: object, **kwargs: object) -> tuple[int, list, list]:  # type: ignore[type-arg]
         seen.append(options)
-        return 0, []
+        return 0, [], []
 
     monkeypatch.setattr(scan_command, "scan_and_write", fake_scan)
     config = tmp_path / "c.toml"

@@ -232,6 +232,35 @@ def test_scan_baseline_keeps_stdout_one_json_document() -> None:
     assert "Regression gate (fail-on warning)" in result.stderr and "FAILED" in result.stderr
 
 
+@pytest.mark.parametrize(("run", "baseline", "expected"), [(SATURATING, SATURATING, 0), (SATURATING, HEALTHY, 1)])
+def test_the_gate_decides_the_json_and_the_junit_as_it_decides_the_exit_code(
+    tmp_path: Path, run: str, baseline: str, expected: int
+) -> None:
+    # Against itself the run regresses nothing (exit 0) although CD402 fails the scan's own --fail-on; against the
+    # healthy run it regresses (a new CD402: exit 1). Every output must say the same as the exit code: the JSON's
+    # exit_code and its gates, the JUnit's failures (the gate's criteria; the findings are reported, not failed).
+    import xml.etree.ElementTree as ET
+
+    json_out, junit_out = tmp_path / "scan.json", tmp_path / "scan.xml"
+    result = invoke("scan", run, "--baseline", baseline, "--json", str(json_out), "--junit", str(junit_out))
+    assert result.exit_code == expected, result.output
+    data = json.loads(json_out.read_text())
+    jsonschema.validate(data, json.loads((ROOT / "docs" / "scan-output.schema.json").read_text()))
+    assert data["exit_code"] == expected and data["gates"][0]["exit_code"] == expected
+    assert data["gates"][0]["baseline"] == baseline
+    suite = ET.parse(junit_out).getroot()
+    gate_cases = suite.findall("testcase[@classname='collapse-doctor.gate']")
+    assert gate_cases and int(suite.get("failures", "0")) == sum(1 for c in gate_cases if c.find("failure") is not None)
+    assert (int(suite.get("failures", "0")) > 0) == bool(expected)
+    stdout_json = json.loads(invoke("scan", run, "--baseline", baseline, "--format", "json").stdout)
+    assert stdout_json["exit_code"] == expected and stdout_json["gates"] == data["gates"]
+
+
+def test_the_gate_schema_is_the_compare_schemas() -> None:
+    scan = json.loads((ROOT / "docs" / "scan-output.schema.json").read_text())
+    assert scan["$defs"]["gate"] == SCHEMA["properties"]["gates"]["items"]
+
+
 def test_the_readme_quotes_the_real_demo_output() -> None:
     readme = (ROOT / "README.md").read_text()
     block = readme.split("$ collapse-doctor compare sample_logs/demo-grpo sample_logs/demo-gdpo\n", 1)[1]
