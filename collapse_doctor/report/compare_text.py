@@ -58,25 +58,44 @@ def render_comparison(comparison: Comparison, file: IO[str] | None = None, *, co
         render_gate(gate, console=console)
 
 
+WIDE_RUNS = 6
+"""The most runs shown one column each; with more, the tables have one row per run (50 columns of a terminal's width
+would each be a few characters wide: blank)."""
+
+
 def _budget(console: Console, comparison: Comparison, letters: Sequence[str]) -> None:
-    table = _table()
-    table.add_column("", justify="left")
-    for letter in letters:
-        table.add_column(letter, justify="right")
     runs = [r.diagnosis for r in comparison.runs]
 
     def signal(key: str) -> list[str]:
         return [pct(d.run.signal[key]) if d.run.signal is not None else "-" for d in runs]
 
-    table.add_row("verdict", *(VERDICTS[d.verdict] for d in runs))
-    table.add_row("algorithm", *(printable(d.run.algorithm.upper()) for d in runs))
-    table.add_row("steps", *(f"{d.run.steps:,} ({d.run.first_step}-{d.run.last_step})" for d in runs))
-    table.add_row("rollouts", *(f"{d.run.rollouts:,}" for d in runs))
-    table.add_row("zero-advantage rollouts", *signal("zero_advantage_rollout_share"))
-    table.add_row("silent groups", *signal("silent_group_share"))
-    table.add_row("all-pass groups", *signal("all_pass_group_share"))
-    table.add_row("all-fail groups", *signal("all_fail_group_share"))
-    table.add_row("findings", *(severity_counts(f.severity for f in d.findings) or "none" for d in runs))
+    rows = {
+        "verdict": [VERDICTS[d.verdict] for d in runs],
+        "algorithm": [printable(d.run.algorithm.upper()) for d in runs],
+        "steps": [f"{d.run.steps:,} ({d.run.first_step}-{d.run.last_step})" for d in runs],
+        "rollouts": [f"{d.run.rollouts:,}" for d in runs],
+        "zero-advantage rollouts": signal("zero_advantage_rollout_share"),
+        "silent groups": signal("silent_group_share"),
+        "all-pass groups": signal("all_pass_group_share"),
+        "all-fail groups": signal("all_fail_group_share"),
+        "findings": [severity_counts(f.severity for f in d.findings) or "none" for d in runs],
+    }
+    table = _table()
+    if len(runs) <= WIDE_RUNS:
+        table.add_column("", justify="left")
+        for letter in letters:
+            table.add_column(letter, justify="right")
+        for name, cells in rows.items():
+            table.add_row(name, *cells)
+    else:  # one row per run, under short headers
+        short = {"zero-advantage rollouts": "zero adv", "silent groups": "silent", "all-pass groups": "all pass"}
+        short |= {"all-fail groups": "all fail"}
+        table.add_column("run", justify="left", no_wrap=True)
+        for name in rows:
+            justify = "left" if name in ("verdict", "algorithm", "findings") else "right"
+            table.add_column(short.get(name, name), justify=justify, no_wrap=name != "findings")  # type: ignore[arg-type]
+        for i, letter in enumerate(letters):
+            table.add_row(letter, *(cells[i] for cells in rows.values()))
     console.print(Text("Verdicts and signal budgets (under each run's own algorithm)", style="bold"))
     console.print(table)
     for letter, d in zip(letters, runs, strict=True):
@@ -142,19 +161,25 @@ def _findings(console: Console, comparison: Comparison, letters: Sequence[str]) 
         console.print("  none in any run")
         console.print()
         return
+    wide = len(letters) <= WIDE_RUNS
     table = _table()
     table.add_column("code", justify="left")
     table.add_column("finding", justify="left")
-    for letter in letters:
+    for letter in letters if wide else ():
         table.add_column(letter, justify="left")
     table.add_column("in", justify="right")  # right-justified: no trailing spaces on the last column
     for match in comparison.findings:
         present = match.present
-        where = "in every run" if match.shared else "only in " + ", ".join(letters[i] for i in present)
+        if wide:
+            where = "in every run" if match.shared else "only in " + ", ".join(letters[i] for i in present)
+        else:  # no column per run: where it is, with its severity and onset in each
+            runs = ", ".join(f"{letters[i]} {_at(match.findings[i])}" for i in present)
+            where = f"in every run: {runs}" if match.shared else f"in {len(present)} of {len(letters)}: {runs}"
         title = match.title
         if match.titles_differ:
             title = " / ".join(f"{letters[i]}: {f.condition}" for i, f in enumerate(match.findings) if f is not None)
-        table.add_row(match.code, printable(title), *(_at(f) for f in match.findings), where)
+        cells = [_at(f) for f in match.findings] if wide else []
+        table.add_row(match.code, printable(title), *cells, where)
     console.print(table)
     console.print("  (severity @ onset step, ended @ the step a condition recovered at)", style="dim")
     console.print()

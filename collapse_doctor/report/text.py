@@ -15,7 +15,7 @@ from rich.text import Text
 from collapse_doctor.core.findings import VERDICT_ORDER, VERDICTS, Finding, Severity, severity_counts, worst_verdict
 from collapse_doctor.core.numbers import fixed, pct, share_pct
 from collapse_doctor.core.result import Diagnosis, signal_sentence
-from collapse_doctor.core.text_safety import printable
+from collapse_doctor.core.text_safety import printable, shortened
 from collapse_doctor.report.ci import describe_sources
 
 _VERDICT_STYLE = {
@@ -86,8 +86,8 @@ def render_text(
     console.print(head, soft_wrap=True)  # one line: a log or CI page shows it whole
     where = Text()
     if run.name is not None:
-        where.append(f"run {printable(run.name)}: ")
-    where.append(printable(describe_sources(run.sources)))
+        where.append(f"run {printable(shortened(run.name, NAME_WIDTH))}: ")
+    where.append(printable(shortened(describe_sources(run.sources), SOURCES_WIDTH)))
     console.print(where)
     console.print(f"{summary}; fail-on {diagnosis.config.fail_on}: {diagnosis.gate_summary()}")
     console.print()
@@ -184,7 +184,7 @@ def render_summary(
         top = d.findings[0] if d.findings else None
         share = d.run.signal.get("zero_advantage_rollout_share") if d.run.signal else None
         table.add_row(
-            Text(printable(d.run.name or "?")),
+            Text(printable(shortened(d.run.name or "?", NAME_WIDTH))),
             Text(VERDICTS[d.verdict], style=_VERDICT_STYLE[d.verdict]),
             f"{pct(share)} {str(d.run.signal['algorithm']).upper()}" if d.run.signal else "-",
             Text(printable(f"{top.severity.label} {top.code} {top.title}")) if top else Text("-"),
@@ -204,6 +204,9 @@ def _table() -> Table:
     )
 
 
+NAME_WIDTH, SOURCES_WIDTH = 60, 100
+"""The most characters of a run's name and of its inputs' phrase the text shows (cut in the middle: a sweep's
+deep paths stay one line; the JSON and the HTML page's tooltips have them whole)."""
 RUN_LINE_CHANNELS = 12
 """The most channels the run card's ``channels`` line names (with their weights); it then says how many there are."""
 TABLE_CHANNELS = 40

@@ -176,17 +176,35 @@ def check_output_dir(path: Path) -> str:
     if path.exists() and not path.is_dir():
         raise UsageError(f"--output-dir {path} is a file", hint="choose a directory")
     if path.is_dir():
-        if not os.access(path, os.W_OK | os.X_OK):
-            raise UsageError(f"--output-dir {path} is not writable", hint="choose a directory you can write")
+        reason = _cannot_create_in(path)
+        if reason is not None:
+            raise UsageError(f"--output-dir {path} is not writable ({reason})", hint="choose a directory you can write")
         return "exists, writable"
     parent = path.parent
     while not parent.exists() and parent != parent.parent:
         parent = parent.parent
     if not parent.is_dir():
         raise UsageError(f"--output-dir {path}: {parent} is a file", hint="choose a directory")
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise UsageError(f"--output-dir {path} cannot be created: {parent} is not writable", hint="choose another")
+    reason = _cannot_create_in(parent)
+    if reason is not None:
+        raise UsageError(
+            f"--output-dir {path} cannot be created: {parent} is not writable ({reason})", hint="choose another"
+        )
     return "will be created (writable)"
+
+
+def _cannot_create_in(directory: Path) -> str | None:
+    """Why a directory cannot be made in ``directory``, or None when one can. Permissions alone do not say (root
+    passes every check; /proc, a read-only mount): a real attempt, removed at once."""
+    import tempfile
+
+    if not os.access(directory, os.W_OK | os.X_OK):
+        return "permission denied"
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".collapse-doctor-check-", dir=directory))
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    return None
 
 
 CACHED_OFFLINE = "cached, Hub unreachable: loaded from the cache only"

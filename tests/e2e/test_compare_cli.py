@@ -256,6 +256,24 @@ def test_the_gate_decides_the_json_and_the_junit_as_it_decides_the_exit_code(
     assert stdout_json["exit_code"] == expected and stdout_json["gates"] == data["gates"]
 
 
+def test_many_runs_are_one_row_each(tmp_path: Path) -> None:
+    # 50 runs were 50 columns of a 120-column page: every cell blank. Beyond WIDE_RUNS each run is a row, and a
+    # finding says in which runs it is, with its severity and onset there.
+    from collapse_doctor.report.compare_text import WIDE_RUNS
+
+    paths = []
+    for i in range(WIDE_RUNS + 2):
+        path = tmp_path / f"run{i}.parquet"
+        path.write_bytes((ROOT / (SATURATING if i == 3 else HEALTHY)).read_bytes())
+        paths.append(str(path))
+    result = runner.invoke(app, ["compare", *paths, "--device", "cpu"], env={**ENV, "COLUMNS": "100"})
+    assert result.exit_code == 0, result.output
+    budget = result.stdout.split("Verdicts and signal budgets", 1)[1].split("\n\n", 1)[0]
+    rows = [line for line in budget.splitlines() if line[:1].isalpha() and line.split()[0] in "ABCDEFGH"]
+    assert [r.split()[:2] for r in rows] == [[letter, "AT" if letter == "D" else "HEALTHY"] for letter in "ABCDEFGH"]
+    assert f"in 1 of {WIDE_RUNS + 2}: D warning @" in result.stdout
+
+
 def test_the_gate_schema_is_the_compare_schemas() -> None:
     scan = json.loads((ROOT / "docs" / "scan-output.schema.json").read_text())
     assert scan["$defs"]["gate"] == SCHEMA["properties"]["gates"]["items"]

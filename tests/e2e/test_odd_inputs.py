@@ -106,3 +106,26 @@ def test_outputs_whose_names_are_not_utf8_are_written(tmp_path: Path, write_tabl
     with Path(names["pq"]).open("rb") as written:  # pyarrow opens paths as UTF-8: through a Python file
         assert pq.read_table(written).num_rows == pq.read_table(source).num_rows
     assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
+
+
+def test_long_run_names_are_cut_in_the_middle_in_the_text_and_the_page(tmp_path: Path) -> None:
+    # A sweep's deep directories: the run line and the summary row keep the name's start and end on one line; the
+    # JSON keeps the name whole, and the HTML page shows it cut with the whole name in its tooltip.
+    from collapse_doctor.report.text import NAME_WIDTH
+
+    long = "lr-1e-6-" + "x" * 150 + "-seed-0"
+    for name in (long, "short"):
+        (tmp_path / "sweep" / name).mkdir(parents=True)
+        (tmp_path / "sweep" / name / "rollouts.parquet").write_bytes(SAMPLE.read_bytes())
+    result = runner.invoke(app, ["scan", str(tmp_path / "sweep"), "--device", "cpu"], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    line = next(line for line in result.stdout.splitlines() if line.startswith("run lr-1e-6-"))
+    assert "…" in line and line.split(": ", 1)[0].endswith("-seed-0") and len(line) < 200
+    assert long not in result.stdout
+    row = next(line for line in result.stdout.splitlines() if line.startswith("lr-1e-6-"))
+    assert len(row.split("  ")[0]) <= NAME_WIDTH
+    html = tmp_path / "r.html"
+    page = runner.invoke(app, ["report", str(tmp_path / "sweep"), "--run", long, "--html", str(html)])
+    assert page.exit_code == 0, page.output
+    text = html.read_text()
+    assert f'title="{long}"' in text and f">{long}<" not in text

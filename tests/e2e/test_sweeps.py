@@ -64,6 +64,15 @@ def test_a_list_file_names_the_runs(sweep: Path, tmp_path: Path) -> None:
     assert sorted(r["run"]["name"] for r in json.loads(result.stdout)["runs"]) == ["lr-1e-6", "lr-3e-6"]
     missing = runner.invoke(app, ["scan", f"@{tmp_path / 'nope.txt'}"])
     assert missing.exit_code == 2 and "cannot read the list file" in missing.stderr
+    # an entry that does not exist is named with its list, its line and the directory it was looked for in
+    listing.write_text("lr-1e-6\nlr-typo\n")
+    typo = runner.invoke(app, ["scan", f"@{listing}"])
+    assert typo.exit_code == 2
+    assert typo.stderr.startswith(f"error: @{listing} line 2: lr-typo: no such file or directory (relative to the list")
+    assert str(sweep.resolve()) in typo.stderr
+    listing.write_text(f"@{listing}\n")  # a list naming a list (itself): said, not "no such file"
+    nested = runner.invoke(app, ["scan", f"@{listing}"])
+    assert nested.exit_code == 2 and "a list file cannot name another list file" in nested.stderr
 
 
 def test_json_and_junit_cover_every_run(sweep: Path, tmp_path: Path) -> None:

@@ -87,8 +87,9 @@ class RelGainDecay(Detector):
 
     Evidence
         The channel's state (ceiling, floor, fading), the share of its groups constant at its run-wide
-        maximum and minimum, rel_gain at its peak and now, the ratio, and the number of groups per step the
-        statistics rest on.
+        maximum and minimum, rel_gain at its peak over the run (the channel table's, smoothed) and before the
+        onset (what the message's "fell from" compares with), rel_gain now, and the number of groups per step
+        the statistics rest on.
 
     Remedy
         Ceiling: drop the channel, make it harder, or use it as a gate for the other rewards. Floor:
@@ -151,14 +152,20 @@ class RelGainDecay(Detector):
         before = np.where(np.isfinite(smooth[: start + 1]), smooth[: start + 1], -np.inf)
         peak_value = float(peak[start]) if np.isfinite(peak[start]) else float("nan")
         peak_at = int(series.steps[int(np.argmax(before))])
+        # The run's peak as the channel table shows it (smoothed, over every step), beside the peak before the onset
+        finite = np.isfinite(smooth)
+        run_peak = float(np.nanmax(smooth)) if finite.any() else float("nan")
+        run_peak_at = int(series.steps[int(np.argmax(np.where(finite, smooth, -np.inf)))]) if finite.any() else None
         support = nanmedian(series["channel_groups"][window, k])
         from_step = int(series.steps[start])
         evidence: dict[str, object] = {
             "ceiling_group_share": at_ceiling,
             "floor_group_share": at_floor,
             "constant_group_share": nanmedian(series["channel_zero_var_share"][window, k]),
-            "rel_gain_peak": peak_value,
-            "rel_gain_peak_step": peak_at,
+            "rel_gain_peak": run_peak,
+            "rel_gain_peak_step": run_peak_at,
+            "rel_gain_peak_before_onset": peak_value,
+            "rel_gain_peak_before_onset_step": peak_at,
             "rel_gain_now": now,
             "groups_per_step": support,
         }

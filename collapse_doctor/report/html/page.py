@@ -22,7 +22,7 @@ import numpy as np
 from collapse_doctor.core.findings import VERDICTS, severity_counts
 from collapse_doctor.core.numbers import pct, share_pct
 from collapse_doctor.core.result import signal_sentence
-from collapse_doctor.core.text_safety import printable
+from collapse_doctor.core.text_safety import printable, shortened
 from collapse_doctor.report.html.collect import ExampleGroup, ReportExtras
 from collapse_doctor.report.html.figures import Chart, Section, channel_color, esc, histogram_payload, sections
 
@@ -225,10 +225,17 @@ def _header(diagnosis: Diagnosis, verdict: str) -> str:
         '<header class="top"><div class="inner">'
         f'<h1><span class="verdict {esc(diagnosis.verdict)}">{esc(verdict)}</span>'
         f"<span>collapse-doctor report</span></h1>{rests}"
-        f'<div class="muted"><code>{esc(sources)}</code> · {esc(summary)}; fail-on '
+        f'<div class="muted">{_short_code(sources, 100)} · {esc(summary)}; fail-on '
         f"{esc(diagnosis.config.fail_on)}: {exit_text}</div>"
         "</div></header>"
     )
+
+
+def _short_code(text: str, width: int) -> str:
+    """``text`` as code, cut in the middle to ``width`` characters, whole in its tooltip (a sweep's deep paths)."""
+    shown = shortened(text, width)
+    title = f' title="{esc(printable(text))}"' if shown != text else ""
+    return f"<code{title}>{esc(shown)}</code>"
 
 
 def _nav(chart_sections: list[Section], examples: bool) -> str:
@@ -246,7 +253,7 @@ def _overview(diagnosis: Diagnosis) -> str:
         if run.group_size_min == run.group_size_max
         else f"{run.group_size_min}-{run.group_size_max}"
     )
-    rows = [("run", esc(run.name))] if run.name else []
+    rows = [("run", _short_code(run.name, 60))] if run.name else []
     rows += [
         ("inputs", "<br>".join(f"<code>{esc(s)}</code>" for s in run.sources)),
         ("steps", f"{run.steps:,} (steps {_fmt(run.first_step)} to {_fmt(run.last_step)})"),

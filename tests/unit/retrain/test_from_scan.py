@@ -304,6 +304,15 @@ def test_output_dir_checks(tmp_path: Path) -> None:
         locked.chmod(0o700)
 
 
+def test_an_output_dir_under_proc_is_refused_even_as_root() -> None:
+    # Permission bits do not say whether a directory can be made (root passes os.access everywhere, /proc and
+    # read-only mounts refuse anyway): the dry run tries, and says it cannot.
+    if not Path("/proc/self").exists():
+        pytest.skip("no /proc here")
+    with pytest.raises(UsageError, match=r"cannot be created: /proc is not writable \("):
+        check_output_dir(Path("/proc/collapse-doctor-run"))
+
+
 def test_an_unreachable_hub_model_fails_fast_in_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     pytest.importorskip("huggingface_hub")
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))

@@ -81,3 +81,21 @@ def test_a_graded_channel_near_its_maximum_is_not_fading(tmp_path: Path) -> None
     [one] = found
     assert one.title == "`items` is near its maximum" and one.severity == Severity.INFO
     assert one.evidence["position"] > 0.9 and "exploration" not in one.remedy
+
+
+def test_the_evidence_peak_is_the_channel_tables(tmp_path: Path) -> None:
+    # A channel at 0 in every group for steps 0-39 (a floor from the start: CD101 "rarely or never earned") that a
+    # few completions earn afterwards: its rel_gain peaks late (about 1, in the groups that earn it). The finding's
+    # rel_gain_peak is that run-wide peak, as the channel table shows it; the peak before the onset (0) is its own
+    # key. Before, the evidence said peak 0 where the table said the late peak.
+    rng = np.random.default_rng(3)
+    step, _, columns = _frame(rng)
+    quality = np.where(step >= 40, (rng.random(len(step)) < 0.15).astype(np.float64), 0.0)
+    columns["reward/quality"] = quality
+    path = runs.write(tmp_path / "late.parquet", columns)
+    diagnosis = diagnose([path], ScanOptions.of(device="cpu"))
+    [found] = [f for f in diagnosis.findings if f.code == "CD101" and f.channels == ("quality",)]
+    row = next(r for r in diagnosis.channel_table() if r["channel"] == "quality")
+    assert found.evidence["rel_gain_peak"] == row["rel_gain_peak"] > 0.5
+    assert found.evidence["rel_gain_peak_step"] == row["rel_gain_peak_step"] >= 40
+    assert found.evidence["rel_gain_peak_before_onset"] == 0.0
