@@ -67,22 +67,29 @@ def being_written(files: Sequence[Path]) -> list[Path]:
     if len(files) < 2 or not local:
         return []
     times: dict[Path, int] = {}
-    incomplete: list[Path] = []
     for path in local:
         try:
             times[path] = path.stat().st_mtime_ns
-            with path.open("rb") as handle:
-                size = handle.seek(0, 2)
-                handle.seek(max(0, size - len(MAGIC)))
-                if size < 2 * len(MAGIC) or handle.read() != MAGIC:
-                    incomplete.append(path)
         except OSError:
             continue  # unreadable: its reader names it
-    complete = [times[p] for p in times if p not in incomplete]
-    if not complete or len(incomplete) == len(files):
-        return []
-    newest = max(complete)
-    return [p for p in incomplete if times[p] >= newest]
+    pending: list[Path] = []
+    for path in sorted(times, key=times.__getitem__, reverse=True):  # newest first: the tails of a few files
+        if _complete(path):
+            return pending  # every file before this one is newer than a complete file
+        pending.append(path)
+    return []  # none is complete: nothing to tell a file being written from a damaged one
+
+
+def _complete(path: Path) -> bool:
+    """Whether the file ends with the Parquet magic bytes (its footer is written); unreadable counts as complete
+    (its reader then names the problem)."""
+    try:
+        with path.open("rb") as handle:
+            size = handle.seek(0, 2)
+            handle.seek(max(0, size - len(MAGIC)))
+            return size >= 2 * len(MAGIC) and handle.read() == MAGIC
+    except OSError:
+        return True
 
 
 def _disjoint(ranges: Sequence[tuple[int, int] | None]) -> bool:

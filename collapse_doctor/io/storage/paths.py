@@ -59,6 +59,9 @@ def expand_paths(
     roots: list[Path] = []
     for raw in paths:
         text = str(raw)
+        if not text.strip():
+            # Path("") is ".": an empty argument (an unset shell variable) must not scan the working directory
+            raise InputError(f"{text!r}: an empty path", hint="pass a file, a directory or a glob (a variable unset?)")
         if is_url(raw):
             listing = expand_url(raw)
             if listing.directory is not None:
@@ -87,6 +90,7 @@ def expand_paths(
                 raise InputError(f"{text}: pattern matches no file or directory")
             root = _glob_root(text)
             base = base or root
+            before = len(found)
             for directory in below:  # each matched directory as if it were named (a sweep of run dirs)
                 directories.append(directory)
                 found += [(kind, p) for p in _files_below(directory) if (kind := kind_of(p)) is not None]
@@ -95,7 +99,7 @@ def expand_paths(
                 # Files the glob alone matched are read whatever their names; beside matched directories only the
                 # ones a format recognises, as in a directory.
                 found += [(kind, p) for p in files if (kind := kind_of(p) or (None if below else default))]
-            if not found:
+            if len(found) == before:
                 raise empty_directory(text, [p for d in below for p in _files_below(d)] + files)
         else:
             _check_symlink_loop(path, text)

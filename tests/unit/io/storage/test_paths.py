@@ -97,3 +97,11 @@ def test_a_glob_across_run_dirs_is_a_sweep_of_those_runs(tmp_path: Path, monkeyp
 def test_a_glob_that_matches_nothing_says_so(tmp_path: Path) -> None:
     with pytest.raises(InputError, match="pattern matches no file or directory"):
         discover_runs([str(tmp_path / "runs" / "*")])
+
+
+def test_an_empty_argument_is_not_the_working_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    binary_run(tmp_path / "run.parquet", pass_rates={"x": 0.5}, steps=4)  # "" must not find this run
+    for empty in ("", "  "):
+        with pytest.raises(InputError, match="an empty path"):
+            discover_runs([empty])
