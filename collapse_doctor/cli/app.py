@@ -26,7 +26,15 @@ from typing import Annotated
 import typer
 
 from collapse_doctor.cli.advantages import advantages
-from collapse_doctor.cli.common import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_OK, EXIT_TERMINATED, Terminated, err
+from collapse_doctor.cli.common import (
+    EXIT_ERROR,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_TERMINATED,
+    INTERRUPTED,
+    Terminated,
+    err,
+)
 from collapse_doctor.cli.compare import compare
 from collapse_doctor.cli.explain import explain
 from collapse_doctor.cli.report import report
@@ -143,6 +151,7 @@ def _interrupts_end_the_command() -> Iterator[_Interrupts]:
 
     def interrupt(signum: int, frame: object) -> None:
         interrupts.count += 1
+        INTERRUPTED.set()
         if interrupts.count > 1:
             _end_now(EXIT_INTERRUPTED, "interrupted (Ctrl-C, twice)")
         watchdog = threading.Timer(INTERRUPT_GRACE, _end_now, (EXIT_INTERRUPTED, "interrupted (Ctrl-C)"))

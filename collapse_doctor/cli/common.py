@@ -29,6 +29,9 @@ EXIT_TERMINATED = 128 + signal.SIGTERM
 """The exit code after SIGTERM (143), as a shell reports a process the signal ended."""
 EXIT_INTERRUPTED = 128 + signal.SIGINT
 """The exit code after Ctrl-C (130), except ``watch``'s (0: Ctrl-C is how a watch ends)."""
+INTERRUPTED = threading.Event()
+"""Set by the app's Ctrl-C handler: an error raised after it is the interrupt's doing (an import it cut short leaves
+a module half initialised, and the next use of it fails), so :func:`user_errors` reports the interrupt instead."""
 
 
 class Terminated(SystemExit):
@@ -53,6 +56,8 @@ def user_errors(debug: bool) -> Iterator[None]:
     except (typer.Exit, typer.Abort, KeyboardInterrupt, BrokenPipeError):
         raise
     except Exception as exc:
+        if INTERRUPTED.is_set() and not debug:
+            raise KeyboardInterrupt from exc  # exit 130 with its one line, not an internal error
         if debug:
             raise
         detail = " ".join(str(exc).split()) or type(exc).__name__

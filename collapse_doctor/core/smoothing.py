@@ -47,6 +47,51 @@ def _rolling_mean_cumsum(values: np.ndarray, half: int) -> np.ndarray:
         return np.where(count > 0, (sums[hi] - sums[lo]) / np.maximum(count, 1), np.nan)
 
 
+SORTED_WINDOW_VALUES = 2**22
+"""Window values above which a median over NaN-holding values slides a sorted window instead of taking each
+window's median (``n * window`` grows with the square of a run's steps: the window is a share of them)."""
+
+
+def _rolling_median_long(values: np.ndarray, half: int) -> np.ndarray:
+    """The shrinking-window median ignoring NaN of a long series: pandas' rolling median (a skip list in C) where
+    pandas is installed, else :func:`_rolling_median_sorted`; both equal :func:`_rolling_exact`."""
+    try:
+        import pandas as pd
+    except ImportError:
+        return _rolling_median_sorted(values, half)
+    rolled = pd.Series(values).rolling(2 * half + 1, center=True, min_periods=1).median()
+    return np.asarray(rolled.to_numpy(dtype=np.float64))
+
+
+def _rolling_median_sorted(values: np.ndarray, half: int) -> np.ndarray:
+    """The shrinking-window median ignoring NaN (as :func:`_rolling_exact`), by one sorted window of the finite
+    values slid along: each step inserts the value entering and removes the one leaving.
+
+    >>> data = np.array([1.0, np.nan, 5.0, 2.0, np.nan, np.nan, 7.0])
+    >>> bool(np.allclose(_rolling_median_sorted(data, 2), _rolling_exact(data, 2, "median"), equal_nan=True))
+    True
+    """
+    from bisect import bisect_left, insort
+
+    n = len(values)
+    out = np.full(n, np.nan)
+    window: list[float] = []
+    finite = ~np.isnan(values)
+    for j in range(min(n, half + 1)):
+        if finite[j]:
+            insort(window, float(values[j]))
+    for i in range(n):
+        k = len(window)
+        if k:
+            out[i] = window[k // 2] if k % 2 else 0.5 * (window[k // 2 - 1] + window[k // 2])
+        entering, leaving = i + half + 1, i - half
+        if entering < n and finite[entering]:
+            insort(window, float(values[entering]))
+        if leaving >= 0 and finite[leaving]:
+            del window[bisect_left(window, float(values[leaving]))]
+    return out
+
+
 def _edge_medians(values: np.ndarray, half: int) -> np.ndarray:
     """Medians of the growing windows ``values[:half + 1 + i]`` for ``i < half`` (the left edge; NaN-free input),
     kept sorted by insertion: O(half * window) memory moves instead of ``half`` windows materialised."""
@@ -85,6 +130,8 @@ def rolling(values: np.ndarray, window: int, how: str = "median", *, cumulative:
     if how == "mean" and (cumulative or n * (2 * half + 1) > EXACT_BLOCK_VALUES):
         return _rolling_mean_cumsum(data, half)
     if n < max(FAST_PATH_MIN, 4 * half + 2) or np.isnan(data).any():
+        if how == "median" and n * (2 * half + 1) > SORTED_WINDOW_VALUES:
+            return _rolling_median_long(data, half)  # a long series with NaN: O(n log w), not O(n w)
         return _rolling_exact(data, half, how)
     from scipy.ndimage import median_filter, uniform_filter1d
 

@@ -66,14 +66,19 @@ import sys, time
 from collapse_doctor.cli.app import _interrupts_end_the_command
 from collapse_doctor.io.storage.atomic import atomic_path
 
-with _interrupts_end_the_command(), atomic_path(sys.argv[1]) as tmp:
-    tmp.write_text("half")
-    print("ready", flush=True)
-    while True:
-        try:
-            time.sleep(0.05)
-        except KeyboardInterrupt:
-            pass  # what a finalizer does with an interrupt that lands in it: swallowed
+try:
+    with _interrupts_end_the_command(), atomic_path(sys.argv[1]) as tmp:
+        tmp.write_text("half")
+        print("ready", flush=True)
+        while True:
+            try:
+                time.sleep(0.05)
+            except KeyboardInterrupt:
+                pass  # what a finalizer does with an interrupt that lands in it: swallowed
+except KeyboardInterrupt:
+    pass  # it landed between two statements of the loop: unwound, but a thread still holds the process
+while True:
+    time.sleep(0.05)
 """
 
 
@@ -104,3 +109,28 @@ def test_an_interrupt_that_is_swallowed_still_ends_the_process(tmp_path: Path, t
     assert err == ("interrupted (Ctrl-C, twice)\n" if twice else "interrupted (Ctrl-C)\n")
     assert took < (INTERRUPT_GRACE if twice else INTERRUPT_GRACE + 10)
     assert list(output.parent.iterdir()) == []
+
+
+def test_an_error_after_an_interrupt_is_the_interrupt(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Ctrl-C that cuts an import short (pandas, while the HTML report loads) leaves the module half initialised; the
+    # next use of it raises AttributeError. After an interrupt that is the interrupt's doing: exit 130, not an
+    # internal error (seen 3 times in 20 in the sweep).
+    from typer.testing import CliRunner
+
+    import collapse_doctor.cli.common as common
+    from collapse_doctor.cli.app import app
+
+    def half_imported(*args: object, **kwargs: object) -> None:
+        raise AttributeError("partially initialized module 'pandas' has no attribute 'DataFrame'")
+
+    monkeypatch.setattr(common, "scan_and_write", half_imported)
+    monkeypatch.setattr("collapse_doctor.cli.scan.scan_and_write", half_imported)
+    runner = CliRunner()
+    crashed = runner.invoke(app, ["scan", "sample_logs/healthy.parquet"])
+    assert crashed.exit_code == 2 and "internal error: AttributeError" in crashed.output  # no interrupt: a bug
+    common.INTERRUPTED.set()
+    try:
+        interrupted = runner.invoke(app, ["scan", "sample_logs/healthy.parquet"])
+    finally:
+        common.INTERRUPTED.clear()
+    assert interrupted.exit_code == 130 and "internal error" not in interrupted.output

@@ -231,11 +231,13 @@ def _header(diagnosis: Diagnosis, verdict: str) -> str:
     )
 
 
-def _short_code(text: str, width: int) -> str:
-    """``text`` as code, cut in the middle to ``width`` characters, whole in its tooltip (a sweep's deep paths)."""
+def _short_code(text: str, width: int, tag: str = "code") -> str:
+    """``text`` cut in the middle to ``width`` characters, whole in its tooltip (a sweep's deep paths); in ``tag``
+    (none: plain text, in a ``span`` when cut)."""
     shown = shortened(text, width)
-    title = f' title="{esc(printable(text))}"' if shown != text else ""
-    return f"<code{title}>{esc(shown)}</code>"
+    if shown == text:
+        return f"<{tag}>{esc(text)}</{tag}>" if tag else esc(text)
+    return f'<{tag or "span"} title="{esc(printable(text))}">{esc(shown)}</{tag or "span"}>'
 
 
 def _nav(chart_sections: list[Section], examples: bool) -> str:
@@ -253,7 +255,7 @@ def _overview(diagnosis: Diagnosis) -> str:
         if run.group_size_min == run.group_size_max
         else f"{run.group_size_min}-{run.group_size_max}"
     )
-    rows = [("run", _short_code(run.name, 60))] if run.name else []
+    rows = [("run", _short_code(run.name, 60, tag=""))] if run.name else []
     rows += [
         ("inputs", "<br>".join(f"<code>{esc(s)}</code>" for s in run.sources)),
         ("steps", f"{run.steps:,} (steps {_fmt(run.first_step)} to {_fmt(run.last_step)})"),
