@@ -29,7 +29,7 @@ from pathlib import Path
 
 from collapse_doctor.core.errors import InputError, UsageError
 from collapse_doctor.io.formats import FORMATS, Member, classify, formats_hint, is_rollouts
-from collapse_doctor.io.rollouts.parquet_parts import being_written
+from collapse_doctor.io.rollouts.parquet_parts import being_written, colliding_groups
 from collapse_doctor.io.storage.paths import Expansion, common_directory, expand_paths
 from collapse_doctor.io.storage.sqlite_store import DB_SUFFIXES, describe_foreign
 
@@ -149,6 +149,15 @@ def discover_runs(paths: Sequence[str | Path]) -> list[RunInputs]:
         if rooted and (pending := being_written(files)):
             writing[set_key] = pending
             files[:] = [f for f in files if f not in pending]
+    named_together = groups.get((DEFAULT_KIND, None), [])
+    if len(named_together) > 1 and (collision := colliding_groups(named_together)) is not None:
+        a, b, step, group = collision
+        raise InputError(
+            f"{a} and {b}: both hold rollouts of step {step}, group {group!r}; named together they are read as one "
+            "run, and its groups would merge the two files' rollouts",
+            hint="two runs: scan them as a sweep (their directory, or a quoted glob 'runs/*.parquet'); per-rank "
+            "files of one run: give each rank's groups ids of their own, or write the run as one table",
+        )
     set_aside = _one_rollout_source(groups)
     for set_key, pending in writing.items():
         set_aside[set_key] = (

@@ -52,7 +52,8 @@ class SignalBudget:
 
     algorithm: str
     zero_advantage_rollout_share: float
-    """Valid rollouts whose advantage is 0 (silent groups and groups of one) over all valid rollouts."""
+    """Rollouts whose advantage is 0 over all rollouts: the valid ones of silent groups and groups of one, and every
+    rollout without any reward (all channels None: its advantage is 0, it is left out of the baselines)."""
     silent_group_share: float
     all_pass_group_share: float
     """Silent groups with every channel at its run-wide maximum, over groups with 2+ rollouts."""
@@ -139,6 +140,8 @@ def signal_budget(series: RunSeries, algorithm: str, window: slice = _STEPS) -> 
     pass_ok = (at_max | ~has).all(axis=1)[window]
     fail_ok = (at_min | ~has).all(axis=1)[window]
     rows = float(np.nansum(series["valid_rows"][window]))
+    # A rollout without any reward gets advantage 0 (DESIGN.md, advantage conventions): no gradient either
+    unscored = float(np.nansum(series["rollouts"][window])) - rows if "rollouts" in series else 0.0
     groups = float(np.nansum(series["eligible_groups"][window]))
     all_pass = float(np.nansum(np.where(pass_ok, series[f"all_pass_groups_{algorithm}"][window], 0.0)))
     all_fail = float(np.nansum(np.where(fail_ok, series[f"all_fail_groups_{algorithm}"][window], 0.0)))
@@ -148,11 +151,13 @@ def signal_budget(series: RunSeries, algorithm: str, window: slice = _STEPS) -> 
     cancel = _known_sum(series, f"silent_cancel_groups_{algorithm}", window)
     return SignalBudget(
         algorithm=algorithm,
-        zero_advantage_rollout_share=_share(np.nansum(series[f"zero_adv_rows_{algorithm}"][window]), rows),
+        zero_advantage_rollout_share=_share(
+            float(np.nansum(series[f"zero_adv_rows_{algorithm}"][window])) + unscored, rows + unscored
+        ),
         silent_group_share=_share(np.nansum(series[f"silent_groups_{algorithm}"][window]), groups),
         all_pass_group_share=_share(all_pass, groups),
         all_fail_group_share=_share(all_fail, groups),
-        rollouts=int(rows),
+        rollouts=int(rows + unscored),
         groups=int(groups),
         identical_group_share=_share(identical, groups) if identical is not None else None,
         identical_pass_group_share=_share(identical_pass, groups) if groups > 0 else 0.0,

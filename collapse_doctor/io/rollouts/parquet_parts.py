@@ -56,6 +56,42 @@ def _layout(path: Path) -> Layout:
     return rewards, (low, high) if low is not None and high is not None else None
 
 
+GROUP = "group_id"
+
+
+def colliding_groups(files: Sequence[Path]) -> tuple[Path, Path, int, object] | None:
+    """Two of ``files`` (named together: one run) that hold rows of the same step and group id, with that step and
+    id, or None. Read as one run, their rows would be merged into groups twice as large: two runs' (two seeds, an
+    unquoted shell glob), or per-rank files that number their groups alike. Only files whose step ranges overlap
+    (their footers) are read, and of them only the step and group columns.
+    """
+    layouts = {p: _layout(p) for p in files}
+    candidates = [p for p in files if layouts[p][1] is not None]
+    for i, a in enumerate(candidates):
+        for b in candidates[i + 1 :]:
+            (_, ra), (_, rb) = layouts[a], layouts[b]
+            assert ra is not None and rb is not None
+            if ra[1] < rb[0] or rb[1] < ra[0]:
+                continue
+            keys = [_keys(p) for p in (a, b)]
+            if keys[0] is None or keys[1] is None:
+                continue
+            shared = keys[0] & keys[1]
+            if shared:
+                step, group = min(shared, key=lambda key: (key[0], str(key[1])))
+                return a, b, step, group
+    return None
+
+
+def _keys(path: Path) -> set[tuple[int, object]] | None:
+    """The file's (step, group id) pairs; None without a group column or when it cannot be read."""
+    try:
+        table = pq.read_table(parquet_source(path), columns=[STEP, GROUP])
+    except Exception:  # no group column (grouped by prompt or --group-size), or unreadable: its reader says
+        return None
+    return set(zip(table.column(STEP).to_pylist(), table.column(GROUP).to_pylist(), strict=True))
+
+
 def being_written(files: Sequence[Path]) -> list[Path]:
     """The files of one set that a trainer is still writing: local Parquet files that do not end with the footer's
     magic bytes yet (a writer appends the footer last) and are the newest of the set (modified no earlier than

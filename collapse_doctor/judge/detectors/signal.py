@@ -276,7 +276,11 @@ class SparseChannel(Detector):
         with the number of groups in which it can rank at all. A channel that had a value for a sustained
         stretch (the persistence window) and then has none at any step to the end of the run, for the
         persistence window or longer, stopped: a warning (a reward function that now fails or times out
-        and returns None, a judge that went away), with the step it stopped at.
+        and returns None, a judge that went away), with the step it stopped at; critical when no channel is
+        left on those steps (every rollout unscored: no gradient at all). Rollouts without any reward (every
+        channel None) are reported when they are more than `max_unscored` of the run's for a sustained
+        stretch: their advantage is 0 and they are left out of the baselines, so they cost generation and
+        train nothing; critical when at least `critical_unscored` of the current window's rollouts are.
 
     Why it matters
         A channel that applies to 8% of the rollouts ranks only the few groups where two or more
@@ -298,7 +302,7 @@ class SparseChannel(Detector):
     name = "sparse channel"
     default_severity = Severity.INFO
     targets = "channel"
-    thresholds: ClassVar[Mapping[str, float]] = {"max_applies": 0.5}
+    thresholds: ClassVar[Mapping[str, float]] = {"max_applies": 0.5, "max_unscored": 0.5, "critical_unscored": 0.9}
 
     def detect(self, ctx: DetectionContext) -> list[Finding]:
         series = ctx.series
@@ -308,6 +312,8 @@ class SparseChannel(Detector):
         findings: list[Finding] = []
         stopped = self._stopped(ctx)
         findings += stopped.values()
+        if not stopped:
+            findings += self._unscored(ctx)
         for k, channel in enumerate(series.channels):
             if channel in stopped or not applies[k] < ctx.threshold(self.code, "max_applies"):
                 continue
@@ -334,6 +340,43 @@ class SparseChannel(Detector):
             )
         return findings
 
+    def _unscored(self, ctx: DetectionContext) -> list[Finding]:
+        """Rollouts without any reward (every channel None), more than ``max_unscored`` of them for a stretch."""
+        series = ctx.series
+        total, valid = series["rollouts"], series["valid_rows"]
+        with np.errstate(invalid="ignore", divide="ignore"):
+            share = np.where(total > 0, (total - valid) / np.maximum(total, 1.0), np.nan)
+        limit = ctx.threshold(self.code, "max_unscored")
+        stretch = ctx.sustained(ctx.smooth_rate(share) > limit)
+        if stretch is None:
+            return []
+        window = ctx.window(stretch)
+        unscored = int(np.nansum((total - valid)[window]))
+        rows = int(np.nansum(total[window]))
+        now = float(np.nanmean(share[ctx.current_window]))
+        # Critical only where almost nothing trains any more; half the rollouts unscored is waste, not a collapse
+        severity = Severity.CRITICAL if now >= ctx.threshold(self.code, "critical_unscored") else Severity.WARNING
+        first, last = int(series.steps[stretch[0]]), int(series.steps[stretch[1]])
+        return [
+            self.finding(
+                ctx,
+                stretch,
+                severity=severity,
+                title=f"{pct(unscored / max(rows, 1))} of rollouts have no reward at all",
+                message=(
+                    f"{unscored:,} of the {rows:,} rollouts of steps {first}-{last} have no value on any channel "
+                    f"(every reward function returned None): their advantage is 0 and they train nothing "
+                    f"({pct(now)} of the rollouts of the last steps)."
+                ),
+                evidence={"unscored_rollouts": unscored, "rollouts": rows, "unscored_share_now": now},
+                remedy=(
+                    "check why the reward functions return None for these completions (a parser that fails on "
+                    "the output format, a judge that times out); return 0 where 'not applicable' means 'no reward'"
+                ),
+                gdpo_resolves=gdpo_counterfactual(ctx, False),
+            )
+        ]
+
     def _stopped(self, ctx: DetectionContext) -> dict[str, Finding]:
         """The channels that had values for a sustained stretch and then none at any step to the end."""
         series = ctx.series
@@ -347,19 +390,25 @@ class SparseChannel(Detector):
             stop = int(np.flatnonzero(has)[-1]) + 1  # the first step of the silence that lasts to the end
             if series.num_steps - stop < persist or ctx.sustained(has[:stop]) is None:
                 continue
-            before = float(np.nansum(rows[:stop, k]) / max(float(np.nansum(series["valid_rows"][:stop])), 1.0))
+            before = float(np.nansum(rows[:stop, k]) / max(float(np.nansum(series["rollouts"][:stop])), 1.0))
             first, last, until = int(series.steps[stop]), int(series.steps[-1]), int(series.steps[stop - 1])
-            silent_rows = int(np.nansum(series["valid_rows"][stop:]))
+            silent_rows = int(np.nansum(series["rollouts"][stop:]))
+            others = int(np.nansum(series["valid_rows"][stop:]))  # rollouts another channel still scores
+            consequence = (
+                "so the run trains on the other channels alone since then."
+                if others
+                else "and no other channel scores them either: their advantages are 0 and the run trains nothing "
+                "since then."
+            )
             out[channel] = self.finding(
                 ctx,
                 (stop, series.num_steps - 1),
-                severity=Severity.WARNING,
+                severity=Severity.WARNING if others else Severity.CRITICAL,
                 title=f"`{channel}` stopped: no value since step {first}",
                 message=(
                     f"`{channel}` had a value on {pct(before)} of the rollouts until step {until} "
                     f"and has none on the {silent_rows:,} rollouts of steps {first}-{last}: "
-                    "the reward function returns None (or is no longer called) for every completion, so the run "
-                    "trains on the other channels alone since then."
+                    f"the reward function returns None (or is no longer called) for every completion, {consequence}"
                 ),
                 channels=(channel,),
                 evidence={

@@ -6,8 +6,11 @@ import os
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
+import pytest
 
+from collapse_doctor.core.errors import InputError
 from collapse_doctor.io.discovery import discover_runs
 from collapse_doctor.io.rollouts.parquet_parts import being_written, split_directory
 from tests.helpers.scalar_runs import trl_series, write_events
@@ -125,3 +128,18 @@ def test_trl_completions_being_written_are_set_aside(tmp_path: Path) -> None:
     [run] = discover_runs([out])
     assert run.rollout_files == done
     assert len(run.set_aside) == 1 and run.set_aside[0].startswith(f"{writing} (no Parquet footer yet")
+
+
+def test_files_named_together_that_share_step_and_group_ids_are_refused(tmp_path: Path) -> None:
+    # Two runs named on the command line (an unquoted shell glob): read as one run, each group would hold both
+    # runs' rollouts (8 + 8: a collapsed run hidden in a healthy one). The same ids at the same steps in two files
+    # named together cannot be one run's parts, so it is an error naming both; parts with their own ids are one run.
+    a = _write(tmp_path / "seed0.parquet", range(10))
+    b = _write(tmp_path / "seed1.parquet", range(10))
+    with pytest.raises(InputError, match=r"seed0.parquet and .*seed1.parquet: both hold rollouts of step 0, group 0"):
+        discover_runs([a, b])
+    table = pq.read_table(b)
+    pq.write_table(table.set_column(1, "group_id", pc.add(table["group_id"], 100)), b)  # rank 1's own ids
+    [run] = discover_runs([a, b])
+    assert run.rollout_files == [a, b]
+    assert len(discover_runs([tmp_path])) == 2  # found in their directory: a sweep, as before

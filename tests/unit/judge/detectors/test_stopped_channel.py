@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 
 from collapse_doctor import diagnose
 from collapse_doctor.core.findings import Severity
@@ -58,3 +59,48 @@ def test_a_short_silence_at_the_end_is_no_finding(tmp_path: Path) -> None:
 def test_a_sometimes_applicable_channel_is_not_stopped(tmp_path: Path) -> None:
     every_third = np.arange(60 * 16 * 8) % 3 == 0
     assert _cd103(_with_correct(tmp_path / "sometimes.parquet", tmp_path, every_third)) == []
+
+
+def _single(path: Path, values: np.ndarray) -> Path:
+    """60 steps x 16 groups x 8 rollouts of one channel ``a`` (NaN: the reward function returned None)."""
+    step = np.repeat(np.arange(60), 128)
+    group = np.tile(np.repeat(np.arange(16), 8), 60)
+    pq.write_table(pa.table({"step": step, "group_id": group, "reward/a": values.astype(np.float32)}), path)
+    return path
+
+
+def test_the_only_channel_stopping_is_a_collapse_and_counts_every_rollout(tmp_path: Path) -> None:
+    # `a` (uniform, never tied) stops at step 20: steps 20-59 are 40 x 128 = 5,120 rollouts with no reward at all,
+    # advantage 0 (DESIGN.md), so 5,120 / 7,680 = 2/3 of the rollouts give no gradient, and no channel is left: the
+    # run trains nothing from step 20 on (critical), not "on the other channels alone".
+    rng = np.random.default_rng(0)
+    values = rng.random(60 * 128)
+    values[np.repeat(np.arange(60), 128) >= 20] = np.nan
+    diagnosis = diagnose([_single(tmp_path / "r.parquet", values)], ScanOptions.of(device="cpu"))
+    [stopped] = [f for f in diagnosis.findings if f.code == "CD103"]
+    assert stopped.severity == Severity.CRITICAL and diagnosis.verdict == "collapsed"
+    assert stopped.evidence["rollouts_without_value"] == 5120 and "other channels" not in stopped.message
+    assert diagnosis.run.signal["zero_advantage_rollout_share"] == pytest.approx(2 / 3, abs=1e-3)
+
+
+def test_rollouts_without_any_reward_count_as_no_gradient(tmp_path: Path) -> None:
+    # 8 of 7,680 rollouts scored: 99.9% have advantage 0. Before, the budget was taken over the 8 scored rows
+    # ("0% gave no gradient") and the run was HEALTHY.
+    values = np.full(60 * 128, np.nan)
+    values[:8] = np.random.default_rng(1).random(8)
+    diagnosis = diagnose([_single(tmp_path / "r.parquet", values)], ScanOptions.of(device="cpu"))
+    [unscored] = [f for f in diagnosis.findings if f.code == "CD103"]
+    assert unscored.severity == Severity.CRITICAL and diagnosis.verdict == "collapsed"
+    assert unscored.evidence["unscored_rollouts"] == 7672
+    assert diagnosis.run.signal["zero_advantage_rollout_share"] == pytest.approx(7672 / 7680)
+
+
+def test_half_the_rollouts_unscored_is_a_warning_not_a_collapse(tmp_path: Path) -> None:
+    # Every other rollout unscored (exactly 50%, over `max_unscored` only by the >; here 5 of 8 per group: 62.5%):
+    # waste, the rest still trains: a warning; the budget counts them (0.625 of rollouts, no tie among the others).
+    values = np.random.default_rng(2).random(60 * 128)
+    values[np.tile(np.arange(8), 60 * 16) < 5] = np.nan
+    diagnosis = diagnose([_single(tmp_path / "r.parquet", values)], ScanOptions.of(device="cpu"))
+    [unscored] = [f for f in diagnosis.findings if f.code == "CD103"]
+    assert unscored.severity == Severity.WARNING and diagnosis.verdict == "at_risk"
+    assert diagnosis.run.signal["zero_advantage_rollout_share"] == pytest.approx(0.625)
