@@ -181,9 +181,24 @@ def find_config(start: Path) -> Path | None:
         if candidate.is_file():
             return candidate
         pyproject = folder / "pyproject.toml"
-        if pyproject.is_file() and _table_of(pyproject, _load_toml(pyproject)) is not None:
+        if pyproject.is_file() and _ours(pyproject):
             return pyproject
     return None
+
+
+def _ours(pyproject: Path) -> bool:
+    """Whether a ``pyproject.toml`` met on the walk up holds our table. One that is not valid TOML is an error only
+    when it names our table (a broken config of ours); another project's broken file is not ours to judge."""
+    try:
+        return _table_of(pyproject, _load_toml(pyproject)) is not None
+    except UsageError:
+        try:
+            mentions = "tool.collapse-doctor" in pyproject.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            mentions = False
+        if mentions:
+            raise
+        return False
 
 
 def _string_list(value: Any, key: str, source: str) -> tuple[str, ...]:

@@ -63,6 +63,8 @@ class WatchState:
     """Polls in a row on which files were there, had not changed, and still could not be read."""
     diagnoses: dict[str, Diagnosis] = field(default_factory=dict)
     """The latest diagnosis of each run (by name; "" for a lone run): what ``scan`` of the same files says."""
+    latest: dict[str, Diagnosis] = field(default_factory=dict)
+    """The same, by the run's first input (what its findings are known by, whatever it is named)."""
 
     def summary(self) -> str:
         found = severity_counts(self.reported.values()) or "no findings"
@@ -166,15 +168,19 @@ def watch(
                 state.files_reduced = scanner.files_reduced
             for diagnosis in diagnoses:
                 run = diagnosis.run.name or ""
-                earlier = state.diagnoses.get(run)
-                state.diagnoses[run] = diagnosis
+                # What a finding is known by: the run's first input, which stays when a second run appears beside it
+                # (the lone run, unnamed, then gets its name: its findings must not be printed again under it)
+                identity = diagnosis.run.sources[0] if diagnosis.run.sources else run
+                earlier = state.latest.get(identity)
+                state.diagnoses[run] = state.latest[identity] = diagnosis
                 state.last_step = diagnosis.run.last_step
                 state.scalar_points = diagnosis.run.scalar_points
-                for finding in withdrawn(state.reported, earlier.findings if earlier else (), diagnosis.findings, run):
+                gone = withdrawn(state.reported, earlier.findings if earlier else (), diagnosis.findings, identity)
+                for finding in gone:
                     state.withdrawn += 1
                     if on_withdrawn is not None:
                         on_withdrawn(diagnosis, finding)
-                for finding in news(state.reported, diagnosis.findings, run):
+                for finding in news(state.reported, diagnosis.findings, identity):
                     if on_finding is not None:
                         on_finding(diagnosis, finding)
                     if threshold is not None and finding.severity >= threshold and state.failing is None:

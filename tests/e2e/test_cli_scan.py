@@ -156,6 +156,19 @@ def test_config_discovery_and_overrides(tmp_path: Path) -> None:
     assert scan(path, "--config", explicit, "--fail-on", "never").exit_code == 0
 
 
+def test_another_projects_broken_pyproject_above_the_run_is_not_ours(tmp_path: Path) -> None:
+    # A pyproject.toml that is not valid TOML, met on the walk up from the run: scanning under it failed (exit 2).
+    # Without our table's name in it, it is another project's file: skipped; with it, our config is broken: an error.
+    run_dir = tmp_path / "project" / "runs"
+    run_dir.mkdir(parents=True)
+    path = runs.simulated(run_dir / "sat.parquet", "saturating-format")
+    (tmp_path / "project" / "pyproject.toml").write_text('[project\nname = "broken"\n')
+    assert scan(path).exit_code == 1  # judged: CD402 at the default --fail-on
+    (tmp_path / "project" / "pyproject.toml").write_text('[tool.collapse-doctor\nfail_on = "critical"\n')
+    broken = scan(path)
+    assert broken.exit_code == 2 and "not valid TOML" in broken.output
+
+
 @pytest.mark.parametrize(
     ("content", "message"),
     [

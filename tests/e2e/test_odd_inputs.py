@@ -129,3 +129,20 @@ def test_long_run_names_are_cut_in_the_middle_in_the_text_and_the_page(tmp_path:
     assert page.exit_code == 0, page.output
     text = html.read_text()
     assert f'title="{long}"' in text and f">{long}<" not in text
+
+
+def test_steps_beyond_int64_and_nan_group_ids_are_named(tmp_path: Path) -> None:
+    # uint64 steps of 2**63 and more wrapped to negative numbers; a NaN float group id became a group of one row.
+    step = np.repeat(np.arange(4), 16)
+    group = np.tile(np.repeat(np.arange(2), 8), 4).astype(np.float64)
+    reward = np.random.default_rng(0).random(64)
+    big = tmp_path / "big.parquet"
+    pq.write_table(
+        pa.table({"step": pa.array(step.astype(np.uint64) + np.uint64(2**63)), "group_id": group, "reward/a": reward}),
+        big,
+    )
+    _one_error(["scan", str(big)], str(big), "beyond 64-bit integers")
+    group[5] = np.nan
+    holes = tmp_path / "holes.parquet"
+    pq.write_table(pa.table({"step": step, "group_id": group, "reward/a": reward}), holes)
+    _one_error(["scan", str(holes)], str(holes), "1 empty (null or NaN) value(s) at step 0")

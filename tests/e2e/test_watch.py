@@ -204,3 +204,30 @@ def test_per_step_rollout_files_are_read_once_and_match_a_full_scan(tmp_path: Pa
         full.run.scalar_points,
     )
     assert merged.run.algorithm == full.run.algorithm
+
+
+def test_a_second_run_appearing_does_not_reprint_the_first_runs_findings(tmp_path: Path) -> None:
+    # Alone, a run is unnamed; once a second run dir appears beside it, both are named. The first run's findings
+    # are the same findings: they are not printed again under its new name (the second run's are new).
+    series = trl_series(train__entropy=after(60, 0.8, 0.05), train__reward=flat(0.5))
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / EVENTS).write_bytes(_records(series, range(150)))
+    printed: list[tuple[str, str]] = []
+
+    def grow(state: WatchState) -> None:
+        if state.polls == 1:
+            (tmp_path / "b").mkdir()
+            (tmp_path / "b" / EVENTS).write_bytes(_records(series, range(150)))
+
+    watch(
+        [tmp_path],
+        CPU,
+        interval=0,
+        max_polls=2,
+        on_finding=lambda d, f: printed.append((d.run.name or "", f.code)),
+        on_poll=grow,
+    )
+    first = [code for name, code in printed if name == ""]
+    assert sorted(first) == ["CD503", "CD507"]
+    assert sorted(code for name, code in printed if name == "b") == ["CD503", "CD507"]
+    assert not [code for name, code in printed if name == "a"]  # the first run, renamed: nothing printed twice

@@ -241,6 +241,17 @@ def _huge_rewards(reward: RewardColumn, values: pa.Array, count: int, path: Path
     )
 
 
+def _missing_ids(keys: pa.Array) -> int:
+    """Group ids that are missing: nulls, and NaN in a float column (a NaN id would be a group of its own per row).
+
+    >>> _missing_ids(pa.array([1.0, float("nan"), None])), _missing_ids(pa.array(["a", None]))
+    (2, 1)
+    """
+    if pa.types.is_floating(keys.type):
+        return int(pc.sum(pc.is_null(keys, nan_is_null=True)).as_py() or 0)
+    return keys.null_count
+
+
 def _step_values(array: pa.Array, path: Path, column: str) -> np.ndarray:
     if array.null_count:
         raise SchemaError(
@@ -252,6 +263,15 @@ def _step_values(array: pa.Array, path: Path, column: str) -> np.ndarray:
         raise SchemaError(
             f"{path}: step column {column!r} holds values that are not whole numbers",
             hint="pass --step-col with the column that holds the training step",
+        )
+    limit = np.iinfo(np.int64).max
+    if len(values) and (
+        (values.dtype.kind == "u" and int(values.max()) > limit)
+        or (values.dtype.kind == "f" and float(np.abs(values).max()) >= 2.0**63)
+    ):
+        raise SchemaError(
+            f"{path}: step column {column!r} holds a value beyond 64-bit integers ({int(values.max())})",
+            hint="steps are counters of the training loop; pass --step-col with the column that holds them",
         )
     return values.astype(np.int64)
 
@@ -606,7 +626,7 @@ class ParquetRun:
         rows, offset, size = 0, self._rows[0], 0
         path = self.files[-1]
         for path, batch in self._range_batches(read):
-            if cols.group is not None and batch.column(cols.group).null_count:
+            if cols.group is not None and _missing_ids(batch.column(cols.group)):
                 self._null_groups(batch, path)
             pending.append(batch)
             rows += batch.num_rows
@@ -634,9 +654,10 @@ class ParquetRun:
         cols = self.columns
         assert cols.group is not None
         keys = batch.column(cols.group)
-        steps = batch.column(cols.step).filter(pc.is_null(keys))
+        steps = batch.column(cols.step).filter(pc.is_null(keys, nan_is_null=True))
         raise SchemaError(
-            f"{path}: group column {cols.group!r} has {keys.null_count} empty (null) value(s) at step {steps[0]}",
+            f"{path}: group column {cols.group!r} has {_missing_ids(keys)} empty (null or NaN) value(s) at step "
+            f"{steps[0]}",
             hint="fill the group ids, or pass --group-size N for consecutive blocks",
         )
 
@@ -730,9 +751,9 @@ class ParquetRun:
         n = table.num_rows
         if cols.group is not None:
             keys = table.column(cols.group).combine_chunks()
-            if keys.null_count:
+            if missing := _missing_ids(keys):
                 raise SchemaError(
-                    f"{path}: group column {cols.group!r} has {keys.null_count} empty (null) value(s) at step {step}",
+                    f"{path}: group column {cols.group!r} has {missing} empty (null or NaN) value(s) at step {step}",
                     hint="fill the group ids, or pass --group-size N for consecutive blocks",
                 )
             return keys, dense_codes(keys)
