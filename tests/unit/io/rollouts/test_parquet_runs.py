@@ -130,16 +130,23 @@ def test_trl_completions_being_written_are_set_aside(tmp_path: Path) -> None:
     assert len(run.set_aside) == 1 and run.set_aside[0].startswith(f"{writing} (no Parquet footer yet")
 
 
-def test_files_named_together_that_share_step_and_group_ids_are_refused(tmp_path: Path) -> None:
-    # Two runs named on the command line (an unquoted shell glob): read as one run, each group would hold both
-    # runs' rollouts (8 + 8: a collapsed run hidden in a healthy one). The same ids at the same steps in two files
-    # named together cannot be one run's parts, so it is an error naming both; parts with their own ids are one run.
+def test_files_named_together_that_share_step_and_group_ids(tmp_path: Path) -> None:
+    # Named together, files are one run, and rows of one step and group id in two files are one group: right for a
+    # run whose groups are split across files (ranks, a shuffled export), wrong for two runs (an unquoted shell glob
+    # of two seeds), whose groups would hold both runs' rollouts. With other prompts in a shared group they are
+    # surely two runs: an error naming both; without prompts to tell, a warning in the run card says so.
     a = _write(tmp_path / "seed0.parquet", range(10))
     b = _write(tmp_path / "seed1.parquet", range(10))
-    with pytest.raises(InputError, match=r"seed0.parquet and .*seed1.parquet: both hold rollouts of step 0, group 0"):
+    [run] = discover_runs([a, b])
+    assert run.rollout_files == [a, b]
+    assert len(run.warnings) == 1 and "both hold rollouts of step 0, group 0" in run.warnings[0]
+    for path, prompt in ((a, "question A"), (b, "question B")):
+        table = pq.read_table(path)
+        pq.write_table(table.append_column("prompt", pa.array([prompt] * table.num_rows)), path)
+    with pytest.raises(InputError, match=r"seed0.parquet and .*seed1.parquet both hold .* with other prompts"):
         discover_runs([a, b])
     table = pq.read_table(b)
     pq.write_table(table.set_column(1, "group_id", pc.add(table["group_id"], 100)), b)  # rank 1's own ids
     [run] = discover_runs([a, b])
-    assert run.rollout_files == [a, b]
+    assert run.rollout_files == [a, b] and run.warnings == ()
     assert len(discover_runs([tmp_path])) == 2  # found in their directory: a sweep, as before
