@@ -42,6 +42,7 @@ from collapse_doctor.cli.explain import explain
 from collapse_doctor.cli.report import report
 from collapse_doctor.cli.retrain import retrain
 from collapse_doctor.cli.scan import scan
+from collapse_doctor.cli.schema import schema
 from collapse_doctor.cli.simulate import simulate
 from collapse_doctor.cli.watch import watch
 from collapse_doctor.core.version import __version__
@@ -74,7 +75,7 @@ def _plain_argument_help() -> None:
 
 _plain_argument_help()
 
-COMMANDS = (advantages, scan, report, compare, watch, explain, simulate, retrain)
+COMMANDS = (advantages, scan, report, compare, watch, explain, simulate, retrain, schema)
 """Every command (one module each), in the order ``--help`` lists them."""
 
 for command in COMMANDS:

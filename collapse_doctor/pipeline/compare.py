@@ -377,7 +377,7 @@ class Comparison:
         return dumps(self.to_dict(), indent=indent)
 
     def to_dict(self) -> dict[str, Any]:
-        """The documented JSON shape (docs/compare-output.schema.json)."""
+        """The documented JSON shape (collapse_doctor/report/schemas/compare-output.schema.json)."""
         labels = self.labels
         return {
             "format_version": COMPARE_FORMAT_VERSION,

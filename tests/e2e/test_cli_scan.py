@@ -12,12 +12,13 @@ import pytest
 from typer.testing import CliRunner
 
 from collapse_doctor.cli.app import app
+from collapse_doctor.report.schemas import schema_text
 from tests.helpers import runs
 from tests.helpers.tables import WriteTable, make_table
 
 runner = CliRunner()
 ROOT = Path(__file__).resolve().parents[2]
-SCHEMA = json.loads((ROOT / "docs" / "scan-output.schema.json").read_text())
+SCHEMA = json.loads(schema_text("scan"))
 
 
 def scan(*args: str | Path, env: dict[str, str] | None = None):  # type: ignore[no-untyped-def]

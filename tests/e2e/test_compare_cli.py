@@ -18,6 +18,7 @@ from typer.testing import CliRunner
 
 from collapse_doctor.cli.app import app
 from collapse_doctor.pipeline.simulate import write_simulation
+from collapse_doctor.report.schemas import schema_text
 from tests.helpers.report import PAYLOAD_CHANNEL, PAYLOAD_SCRIPT, payload_table
 from tests.helpers.tables import WriteTable
 
@@ -26,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[2]
 SAMPLES = ROOT / "sample_logs"
 GOLDEN = ROOT / "tests" / "golden" / "compare"
 UPDATE = os.environ.get("UPDATE_GOLDEN") == "1"
-SCHEMA = json.loads((ROOT / "docs" / "compare-output.schema.json").read_text())
+SCHEMA = json.loads(schema_text("compare"))
 HEALTHY, SATURATING = "sample_logs/healthy.parquet", "sample_logs/saturating-format.parquet"
 ENV = {"NO_COLOR": "1"}
 
@@ -245,7 +246,7 @@ def test_the_gate_decides_the_json_and_the_junit_as_it_decides_the_exit_code(
     result = invoke("scan", run, "--baseline", baseline, "--json", str(json_out), "--junit", str(junit_out))
     assert result.exit_code == expected, result.output
     data = json.loads(json_out.read_text())
-    jsonschema.validate(data, json.loads((ROOT / "docs" / "scan-output.schema.json").read_text()))
+    jsonschema.validate(data, json.loads(schema_text("scan")))
     assert data["exit_code"] == expected and data["gates"][0]["exit_code"] == expected
     assert data["gates"][0]["baseline"] == baseline
     suite = ET.parse(junit_out).getroot()
@@ -275,7 +276,7 @@ def test_many_runs_are_one_row_each(tmp_path: Path) -> None:
 
 
 def test_the_gate_schema_is_the_compare_schemas() -> None:
-    scan = json.loads((ROOT / "docs" / "scan-output.schema.json").read_text())
+    scan = json.loads(schema_text("scan"))
     assert scan["$defs"]["gate"] == SCHEMA["properties"]["gates"]["items"]
 
 

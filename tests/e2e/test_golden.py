@@ -16,13 +16,14 @@ import pytest
 from typer.testing import CliRunner
 
 from collapse_doctor.cli.app import app
+from collapse_doctor.report.schemas import schema_text
 
 runner = CliRunner()
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLES = sorted((ROOT / "sample_logs").glob("*.parquet"))
 GOLDEN = ROOT / "tests" / "golden" / "scan"
 UPDATE = os.environ.get("UPDATE_GOLDEN") == "1"
-SCHEMA = json.loads((ROOT / "docs" / "scan-output.schema.json").read_text())
+SCHEMA = json.loads(schema_text("scan"))
 
 
 @pytest.fixture(autouse=True)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import jsonschema
 import pytest
@@ -24,8 +23,9 @@ from collapse_doctor.core.findings import (
     SetWeight,
     Severity,
 )
+from collapse_doctor.report.schemas import schema_text
 
-SCHEMA = json.loads((Path(__file__).resolve().parents[3] / "docs" / "scan-output.schema.json").read_text())
+SCHEMA = json.loads(schema_text("scan"))
 EXAMPLES: list[Action] = [
     SetWeight("format", 0.44),
     SetAggregation("gdpo"),

@@ -27,9 +27,9 @@ from collapse_doctor.pipeline.compare import (
     regression_gate,
     unique_labels,
 )
-from tests.helpers.paths import ROOT as REPO_ROOT
+from collapse_doctor.report.schemas import schema_text
 
-SCHEMA = json.loads((REPO_ROOT / "docs" / "compare-output.schema.json").read_text())
+SCHEMA = json.loads(schema_text("compare"))
 
 
 def finding(code: str, *channels: str, severity: Severity = Severity.WARNING, onset: int | None = 3) -> Finding:

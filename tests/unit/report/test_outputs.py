@@ -17,11 +17,12 @@ from collapse_doctor.pipeline.simulate import write_simulation
 from collapse_doctor.report.ci import github_annotations, junit_xml, markdown_summary
 from collapse_doctor.report.html.collect import ReportCollector, ReportExtras
 from collapse_doctor.report.outputs import OutputRequest, runs_dict, write_outputs
+from collapse_doctor.report.schemas import schema_text
 from tests.helpers.paths import ROOT as REPO_ROOT
 from tests.helpers.scalar_runs import collapsed_series, trl_series, write_events
 
 ROOT = REPO_ROOT
-SCHEMA = json.loads((ROOT / "docs" / "scan-output.schema.json").read_text())
+SCHEMA = json.loads(schema_text("scan"))
 
 
 @pytest.fixture(scope="module")

@@ -17,6 +17,7 @@ from collapse_doctor.core.options import ScanOptions
 from collapse_doctor.io.discovery import discover_runs
 from collapse_doctor.io.logs.scalar_cache import ScalarCache
 from collapse_doctor.io.logs.tensorboard import read_event_file
+from collapse_doctor.report.schemas import schema_text
 from tests.helpers.paths import ROOT as REPO_ROOT
 from tests.helpers.scalar_runs import (
     collapsed_series,
@@ -28,7 +29,7 @@ from tests.helpers.scalar_runs import (
     write_raw,
 )
 
-SCHEMA = json.loads((REPO_ROOT / "docs" / "scan-output.schema.json").read_text())
+SCHEMA = json.loads(schema_text("scan"))
 
 
 def _event_file(directory: Path) -> Path:

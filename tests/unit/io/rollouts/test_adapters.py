@@ -15,7 +15,7 @@ from collapse_doctor.cli.app import app
 from collapse_doctor.core.errors import InputError
 from collapse_doctor.core.options import ScanOptions
 from collapse_doctor.io.discovery import discover_runs
-from tests.helpers.paths import ROOT as REPO_ROOT
+from collapse_doctor.report.schemas import schema_text
 from tests.helpers.scalar_runs import write_events
 from tests.helpers.trl import GROUPS, SIZE, STEPS, trl_output_dir
 
@@ -40,7 +40,7 @@ def test_trl_output_dir_combines_completions_and_events(tmp_path: Path) -> None:
     assert "truncated share" in diagnosis.skipped.get("CD104", "truncated share")
     assert all(diagnosis.skipped[c].startswith("the scalar log has none of") for c in ("CD506", "CD508", "CD510"))
     data = json.loads(diagnosis.to_json())
-    jsonschema.validate(data, json.loads((REPO_ROOT / "docs" / "scan-output.schema.json").read_text()))
+    jsonschema.validate(data, json.loads(schema_text("scan")))
     assert data["run"]["scalar_points"] == 200 * 11 and "scalars" in data
     assert any("tfevents" in s for s in diagnosis.run.sources)
 
