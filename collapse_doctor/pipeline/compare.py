@@ -125,9 +125,16 @@ def load_runs(
     from collapse_doctor.pipeline.scan import ScanHooks, plan_scan, scan_runs
 
     if len(arguments) < minimum:
-        raise UsageError(
-            f"expected at least {minimum} runs, got {len(arguments)}", hint="collapse-doctor compare GOOD_RUN NEW_RUN"
-        )
+        hint = "collapse-doctor compare GOOD_RUN NEW_RUN"
+        if len(arguments) == 1 and "@" not in arguments[0]:  # one directory of several runs: name them
+            names = [r.name for r in plan_scan([arguments[0]], options).runs]
+            if len(names) >= minimum:
+                raise UsageError(
+                    f"{arguments[0]}: one argument of {len(names)} runs ({', '.join(names)}); compare takes each run "
+                    "as an argument",
+                    hint="collapse-doctor compare " + " ".join(f"{arguments[0]}@{n}" for n in names[:2]),
+                )
+        raise UsageError(f"expected at least {minimum} runs, got {len(arguments)}", hint=hint)
     parsed = [parse_run_argument(a) for a in arguments]
     plans = []
     for argument in parsed:

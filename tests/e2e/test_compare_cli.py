@@ -185,6 +185,7 @@ def test_the_executable_reports_a_bad_run_in_one_line() -> None:
     ("args", "expected"),
     [
         (["compare", HEALTHY], "expected at least 2 runs"),
+        (["compare", "sample_logs"], "sample_logs: one argument of"),  # a folder of runs: each run an argument
         (["compare", HEALTHY, "missing.parquet"], "missing.parquet"),
         (["compare", HEALTHY, HEALTHY, "--align", "time"], "--align 'time'"),
         (["compare", HEALTHY, HEALTHY, "--gate", "--zero-adv-margin", "2"], "--zero-adv-margin 2"),
