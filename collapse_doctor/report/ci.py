@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import platform
+import time
 from collections.abc import Sequence
 from pathlib import PurePath
 from typing import TYPE_CHECKING
@@ -127,7 +129,9 @@ def junit_runs_xml(
 
 def _suite(diagnosis: Diagnosis, name: str, gate: GateResult | None = None) -> ET.Element:
     failing = {id(f) for f in diagnosis.failing()} if gate is None else set()  # the gate decides, not fail-on
-    suite = ET.Element("testsuite", name=name, timestamp="", hostname="")
+    # JUnit's timestamp is when the suite ran (ISO 8601, local time, no zone, as the Ant schema has it)
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%S")
+    suite = ET.Element("testsuite", name=name, timestamp=stamp, hostname=platform.node() or "localhost")
     tests = failures = errors = skipped = 0
     for code, name, found in _cases(diagnosis):
         case = ET.SubElement(suite, "testcase", classname=f"collapse-doctor.{code}", name=name, time="0")

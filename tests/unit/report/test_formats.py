@@ -49,6 +49,15 @@ def test_junit_has_a_case_per_target_named_from_the_diagnosis(diagnosis: Diagnos
     assert "CD102 named CD102" in names  # a run-wide detector: one case
 
 
+def test_junit_says_when_and_where_the_suite_ran(diagnosis: Diagnosis) -> None:
+    import re
+    from xml.etree import ElementTree as ET
+
+    suite = ET.fromstring(junit_xml(diagnosis).split("\n", 1)[1])
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d", suite.get("timestamp", ""))  # was empty
+    assert suite.get("hostname")
+
+
 def test_render_text_to_a_file_is_plain(diagnosis: Diagnosis, tmp_path: Path) -> None:
     with open(tmp_path / "out.txt", "w", encoding="utf-8") as handle:
         render_text(diagnosis, handle)
