@@ -23,9 +23,19 @@ class CollapseDoctorError(Exception):
         return _rebuild, (type(self), self.message, self.hint)
 
     def one_line(self) -> str:
-        text = self.message if not self.hint else f"{self.message}. Hint: {self.hint}"
-        # One line, always: file names or values may carry newlines.
-        return " ".join(text.split())
+        """The message and its hint on one line (file names or values may carry newlines); no doubled
+        punctuation where the message ends with its own (``?``, ``!``, ``.``, ``:``).
+
+        >>> InputError("a.parquet: the same file given twice?", hint="remove one").one_line()
+        'a.parquet: the same file given twice? Hint: remove one'
+        >>> InputError("bad value", hint="fix it.").one_line()
+        'bad value. Hint: fix it.'
+        """
+        message = self.message.rstrip()
+        if self.hint:
+            end = "" if message.endswith((".", "?", "!", ":")) else "."
+            message = f"{message}{end} Hint: {self.hint}"
+        return " ".join(message.split())
 
 
 class InputError(CollapseDoctorError):

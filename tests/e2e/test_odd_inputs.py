@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 import numpy as np
@@ -146,3 +147,26 @@ def test_steps_beyond_int64_and_nan_group_ids_are_named(tmp_path: Path) -> None:
     holes = tmp_path / "holes.parquet"
     pq.write_table(pa.table({"step": step, "group_id": group, "reward/a": reward}), holes)
     _one_error(["scan", str(holes)], str(holes), "1 empty (null or NaN) value(s) at step 0")
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["scan", "missing.parquet"],
+        ["scan", str(SAMPLE), "--fail-on", "loud"],
+        ["scan", str(SAMPLE), "--weights", "a=nan"],
+        ["compare", str(SAMPLE)],
+        ["explain", "CD999"],
+        ["schema", "nope"],
+        ["scan", "@missing-list.txt"],
+        ["retrain", "--demo", "--dry-run", "--weights", "format=-1"],
+    ],
+    ids=lambda a: " ".join(a[:3]).replace(str(SAMPLE), "SAMPLE"),
+)
+def test_error_lines_have_no_stray_punctuation(args: list[str]) -> None:
+    # One line 'error: WHAT. Hint: HOW' (issue 27: a message ending in '?' got '?. Hint', one ending in '.' got '..')
+    result = runner.invoke(app, args)
+    assert result.exit_code == 2, result.output
+    line = result.stderr.strip()
+    assert line.startswith("error: ") and "\n" not in line, line
+    assert not re.search(r"[?!:.]\. Hint|\.\. |\s\.\s", line), line
