@@ -108,7 +108,10 @@ def test_an_interrupt_that_is_swallowed_still_ends_the_process(tmp_path: Path, t
     _, err = process.communicate(timeout=INTERRUPT_GRACE + 20)
     took = time.monotonic() - started
     assert process.returncode == 130
-    assert err == ("interrupted (Ctrl-C, twice)\n" if twice else "interrupted (Ctrl-C)\n")
+    if twice:  # "" when the first interrupt left the block before the second came: the line was the command's to say
+        assert err in ("interrupted (Ctrl-C, twice)\n", "")
+    else:
+        assert err == "interrupted (Ctrl-C)\n"
     assert took < (INTERRUPT_GRACE if twice else INTERRUPT_GRACE + 10)
     assert list(output.parent.iterdir()) == []
 
