@@ -28,6 +28,8 @@ def advantages(
 
     The output has the input rows in input order: step, group_id, any prompt/completion/advantage
     columns, reward/<channel>, adv/grpo, adv/gdpo and adv/<channel> (per-channel group z-scores).
+
+    Example: collapse-doctor advantages runs/exp1 -o adv.parquet --convention verl
     """
     from collapse_doctor.pipeline.export import export_advantages
 

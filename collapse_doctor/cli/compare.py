@@ -57,6 +57,8 @@ def compare(
 
     Exit codes: 0 compared (with --gate: no run regressed against the first), 1 with --gate a run regressed,
     2 bad input or usage.
+
+    Example: collapse-doctor compare runs/grpo runs/gdpo --gate
     """
     from collapse_doctor.core.errors import UsageError
     from collapse_doctor.core.text_safety import printable

@@ -17,7 +17,10 @@ def explain(
     ] = None,
     debug: DebugOption = False,
 ) -> None:
-    """What a detector checks, why it matters, its evidence and the remedy."""
+    """What a detector checks, why it matters, its evidence and the remedy.
+
+    Example: collapse-doctor explain CD402
+    """
     with user_errors(debug):
         from collapse_doctor.judge.detectors import REGISTRY
 

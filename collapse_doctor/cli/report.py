@@ -32,6 +32,8 @@ def report(
 
     Same input and detector options as scan, and the same exit codes: 0 nothing at or above
     --fail-on, 1 findings at or above it, 2 bad input or usage.
+
+    Example: collapse-doctor report runs/exp1 --html report.html
     """
     from collapse_doctor.core.findings import VERDICTS, worst_verdict
     from collapse_doctor.core.text_safety import printable

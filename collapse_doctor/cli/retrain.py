@@ -65,6 +65,8 @@ def retrain(
 
     Writes OUTPUT/rollouts/*.parquet (scan them any time) and OUTPUT/tensorboard; scans the run at the end.
     Exit codes: 0 done, 1 --fail-on findings, 2 usage or input error, 130 interrupted (resume with --resume).
+
+    Example: collapse-doctor retrain --demo --algo gdpo --output-dir out/gdpo
     """
     with user_errors(debug):
         from collapse_doctor.core.schema import parse_weights

@@ -61,6 +61,8 @@ def scan(
 
     Exit codes: 0 nothing at or above --fail-on, 1 findings at or above it, 2 bad input or usage.
     With --baseline GOOD_RUN: 1 when the run regressed against the baseline (see docs/ci.md), else 0.
+
+    Example: collapse-doctor scan runs/exp1 --json scan.json
     """
     from collapse_doctor.report.outputs import OutputRequest
 

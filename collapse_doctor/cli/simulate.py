@@ -27,6 +27,8 @@ def simulate(
     """Write a synthetic multi-reward run with known ground truth (in the file's metadata).
 
     Scenarios: healthy, single-reward, saturating-format, tied-sums, collinear, outlier-groups.
+
+    Example: collapse-doctor simulate saturating-format -o sat.parquet
     """
     with user_errors(debug):
         from collapse_doctor.pipeline.simulate import write_simulation

@@ -27,6 +27,8 @@ def watch(
     """Follow a run while it trains: print each new finding once; --fail-on stops at the first bad one.
 
     Exit codes: 1 a finding at or above --fail-on, 0 Ctrl-C (with a summary), 2 bad input or usage.
+
+    Example: collapse-doctor watch out/ --interval 30 --fail-on critical
     """
     from collapse_doctor.pipeline.watch import MIN_INTERVAL, WatchState, finding_line, withdrawn_line
     from collapse_doctor.pipeline.watch import watch as follow
