@@ -186,6 +186,19 @@ def persistent_onset(condition: np.ndarray, min_run: int) -> Stretch | None:
     return Stretch(int(starts[long_enough][0]), int(ends[long_enough][-1]), values)
 
 
+def finite_peak(values: np.ndarray, steps: np.ndarray) -> tuple[float, int | None]:
+    """The highest finite value and the step it is at (the first such); ``(nan, None)`` with none.
+
+    >>> finite_peak(np.array([0.2, np.nan, 0.5, 0.5]), np.array([10, 11, 12, 13]))
+    (0.5, 12)
+    """
+    finite = np.isfinite(values)
+    if not finite.any():
+        return float("nan"), None
+    at = int(np.argmax(np.where(finite, values, -np.inf)))
+    return float(values[at]), int(steps[at])
+
+
 def ratio_to_running_peak(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Each value over the highest value so far (along axis 0), and that running peak.
 

@@ -20,7 +20,7 @@ from collapse_doctor.core.reduction import RunReduction
 from collapse_doctor.core.result import RunSummary
 from collapse_doctor.core.scalars import ScalarSeries
 from collapse_doctor.core.series import MAX_PAIRED_CHANNELS, PAIRS_CAPPED, RunSeries
-from collapse_doctor.core.smoothing import rolling
+from collapse_doctor.core.smoothing import finite_peak, rolling
 from collapse_doctor.judge.budget import applies_share, channel_extreme_shares, signal_budget
 
 
@@ -161,10 +161,7 @@ def channel_table(
     states = _states(series, tail)
     for k, channel in enumerate(series.channels):
         raw = series["rel_gain"][:, k]
-        rel = rolling(raw, smoothing)
-        finite = np.isfinite(rel)
-        peak = float(np.nanmax(rel)) if finite.any() else float("nan")
-        peak_step = int(series.steps[int(np.nanargmax(np.where(finite, rel, -np.inf)))]) if finite.any() else None
+        peak, peak_step = finite_peak(rolling(raw, smoothing), series.steps)
         rows.append(
             {
                 "channel": channel,

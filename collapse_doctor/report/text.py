@@ -220,8 +220,9 @@ def _shown(rows: list[dict[str, Any]], diagnosis: Diagnosis) -> tuple[list[dict[
     if len(rows) <= TABLE_CHANNELS:
         return rows, 0
     named = {c for f in diagnosis.findings for c in f.channels}
-    keep = [i for i, row in enumerate(rows) if row["channel"] in named][:TABLE_CHANNELS]
-    keep += [i for i in range(len(rows)) if i not in set(keep)][: TABLE_CHANNELS - len(keep)]
+    first = [i for i, row in enumerate(rows) if row["channel"] in named][:TABLE_CHANNELS]
+    taken = set(first)
+    keep = first + [i for i in range(len(rows)) if i not in taken][: TABLE_CHANNELS - len(first)]
     return [rows[i] for i in sorted(keep)], len(rows) - len(keep)
 
 

@@ -9,7 +9,7 @@ import numpy as np
 
 from collapse_doctor.core.numbers import pct
 from collapse_doctor.core.series import RunSeries
-from collapse_doctor.core.smoothing import ratio_to_running_peak
+from collapse_doctor.core.smoothing import finite_peak, ratio_to_running_peak
 from collapse_doctor.judge.budget import applies_share, channel_extreme_shares
 from collapse_doctor.judge.detectors.base import DetectionContext, Detector, Finding, NotEnoughData, Severity, register
 from collapse_doctor.judge.detectors.mode_collapse import identical_share_over
@@ -153,9 +153,7 @@ class RelGainDecay(Detector):
         peak_value = float(peak[start]) if np.isfinite(peak[start]) else float("nan")
         peak_at = int(series.steps[int(np.argmax(before))])
         # The run's peak as the channel table shows it (smoothed, over every step), beside the peak before the onset
-        finite = np.isfinite(smooth)
-        run_peak = float(np.nanmax(smooth)) if finite.any() else float("nan")
-        run_peak_at = int(series.steps[int(np.argmax(np.where(finite, smooth, -np.inf)))]) if finite.any() else None
+        run_peak, run_peak_at = finite_peak(smooth, series.steps)
         support = nanmedian(series["channel_groups"][window, k])
         from_step = int(series.steps[start])
         evidence: dict[str, object] = {
