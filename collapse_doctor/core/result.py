@@ -75,6 +75,9 @@ class RunSummary:
     set_aside: tuple[str, ...] = ()
     """Rollout files of the run that were found and not read, each with why (TRL's ``completions/`` beside the
     callback's ``rollouts/``: one training, one rollout source)."""
+    channel_series: str | None = None
+    """Where a run without rollouts got the per-channel series its channel checks judge: the TRL callback's
+    scalars (``"callback scalars"``), or ``None``."""
     phases: tuple[Phase, ...] = ()
     """A run that switched aggregation (the rollouts' ``aggregation`` column): its phases in step order, each
     judged under its own; ``algorithm`` is the last one's. Empty for a run under one aggregation."""
@@ -106,6 +109,7 @@ class RunSummary:
                 "scalar_framework": self.scalar_framework,
             }
             | ({"set_aside": list(self.set_aside)} if self.set_aside else {})
+            | ({"channel_series": self.channel_series} if self.channel_series else {})
             | ({"phases": [p.to_dict() for p in self.phases]} if self.phases else {})
             | ({"signal": dict(self.signal)} if self.signal is not None else {})
         )
@@ -113,6 +117,8 @@ class RunSummary:
 
 REQUIREMENTS = {
     "rollouts": "needs rollouts; the input is a scalar log only",
+    "channel_series": "needs rollouts, or the per-channel series CollapseDoctorCallback logs (collapse_doctor/"
+    "dominance/<channel> and the others, docs/usage.md); the input is a scalar log without them",
     "logged_advantage": "needs a logged 'advantage' column",
     "scalars": "needs a scalar log (events, trainer_state, verl JSONL)",
 }
@@ -180,7 +186,8 @@ class Diagnosis:
         A verdict that rests on part of the checks says so wherever it is shown (:func:`coverage_clause`).
         """
         lacks = {key: 0 for key in (*_LACKS, "data")}
-        reasons = {reason: key for key, reason in REQUIREMENTS.items()}
+        # a check that could judge the TRL callback's channel series counts as needing rollouts (the run lacks both)
+        reasons = {reason: key if key in _LACKS else "rollouts" for key, reason in REQUIREMENTS.items()}
         for reason in self.skipped.values():
             lacks[reasons.get(reason, "series" if reason.startswith(LACKS_SERIES) else "data")] += 1
         has_rollouts, has_scalars = bool(self.run.rollouts), self.scalars is not None
@@ -189,7 +196,7 @@ class Diagnosis:
             if has_rollouts and has_scalars
             else "rollouts only"
             if has_rollouts
-            else "a scalar log only"
+            else ("a scalar log with the callback's channel series" if self.run.channel_series else "a scalar log only")
             if has_scalars
             else "nothing readable"
         )

@@ -61,6 +61,22 @@ CHANNEL_SIGNAL_SHARE = "channel_signal_share/"
 CHANNEL_WEIGHT = "channel_weight/"
 CHANNEL_ZERO_VAR_SHARE = "channel_zero_var_share/"
 """Per-channel share of groups in which the channel is constant."""
+CHANNEL_DOMINANCE = "channel_dominance/"
+"""Per-channel share of the rows with signal whose advantage sign the channel decides (the run's aggregation)."""
+CHANNEL_CEILING_SHARE = "channel_ceiling_share/"
+"""Of the groups where the channel has 2+ values: the share constant at its maximum so far (the TRL callback)."""
+CHANNEL_FLOOR_SHARE = "channel_floor_share/"
+"""Of the groups where the channel has 2+ values: the share constant at its minimum so far (the TRL callback)."""
+CHANNEL_GROUPS = "channel_groups/"
+"""Groups per step in which the channel has two or more values (the support of its rel_gain)."""
+CHANNEL_SCORED_SHARE = "channel_scored_share/"
+"""Share of the step's valid rollouts on which the channel has a value (TRL's None is none)."""
+CHANNEL_MIN = "channel_min/"
+CHANNEL_MAX = "channel_max/"
+CHANNEL_GROUP_STD = "channel_group_std/"
+"""Mean over groups (2+ values) of the channel's within-group std (ddof=1); ``channel_std/`` is the batch's."""
+AGGREGATION_GDPO = "aggregation_gdpo"
+"""1 where the TRL callback's run normalised each channel in its group first (GDPO), 0 where it summed first."""
 CHANNEL_PREFIXES = (
     CHANNEL_MEAN,
     CHANNEL_STD,
@@ -68,6 +84,14 @@ CHANNEL_PREFIXES = (
     CHANNEL_SIGNAL_SHARE,
     CHANNEL_WEIGHT,
     CHANNEL_ZERO_VAR_SHARE,
+    CHANNEL_DOMINANCE,
+    CHANNEL_CEILING_SHARE,
+    CHANNEL_FLOOR_SHARE,
+    CHANNEL_GROUPS,
+    CHANNEL_SCORED_SHARE,
+    CHANNEL_MIN,
+    CHANNEL_MAX,
+    CHANNEL_GROUP_STD,
 )
 """Canonical per-channel series: ``<prefix><channel>``."""
 

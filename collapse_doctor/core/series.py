@@ -8,7 +8,7 @@ holds. Its order is the order of the statistics, and so of a scan's JSON output.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from itertools import combinations
 from typing import Any, Literal, TypeVar
 
@@ -287,6 +287,11 @@ def channel_pairs(channels: tuple[str, ...] | list[str]) -> list[tuple[str, str]
     return [(channels[i], channels[j]) for i, j in pair_indices(len(channels))]
 
 
+CALLBACK_SCALARS = "callback scalars"
+""":attr:`RunSeries.derived_from` of the per-channel series rebuilt from the TRL callback's ``collapse_doctor/*``
+scalars."""
+
+
 @dataclass
 class RunSeries:
     """Statistics per training step, sorted by step.
@@ -299,6 +304,9 @@ class RunSeries:
     channels: tuple[str, ...]
     pairs: list[tuple[str, str]]
     values: dict[str, np.ndarray] = field(default_factory=dict)
+    derived_from: str = "rollouts"
+    """What the values were computed from: ``"rollouts"`` (the engine's reduction), or :data:`CALLBACK_SCALARS`
+    (the per-channel series the TRL callback logged, rebuilt for a run read from its scalar log only)."""
 
     def __contains__(self, name: str) -> bool:
         return name in self.values
@@ -314,7 +322,12 @@ class RunSeries:
         """The steps ``first..last`` (inclusive) of every series."""
         keep = (self.steps >= first) & (self.steps <= last)
         values = {name: array[keep] for name, array in self.values.items()}
-        return RunSeries(steps=self.steps[keep], channels=self.channels, pairs=self.pairs, values=values)
+        return replace(self, steps=self.steps[keep], values=values)
+
+    @property
+    def from_callback_scalars(self) -> bool:
+        """Whether these series were rebuilt from the TRL callback's logged scalars (no rollouts were read)."""
+        return self.derived_from == CALLBACK_SCALARS
 
     def to_json(self) -> dict[str, Any]:
         """``{"step": [...], name: [...] | {channel: [...]} | {"a|b": [...]}}`` with NaN as null."""

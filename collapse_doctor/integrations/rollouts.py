@@ -125,6 +125,8 @@ class RolloutMonitor:
     _buffered_steps: int = field(default=0, repr=False)
     _writer: ScalarEventWriter | None = field(default=None, repr=False)
     _to_log: list[dict[str, float]] = field(default_factory=list, repr=False)
+    _extremes: tuple[np.ndarray, np.ndarray] | None = field(default=None, repr=False)
+    """Each channel's largest and smallest reward so far (``None``: not yet taken from the parts reduced)."""
 
     @property
     def rollouts_dir(self) -> Path:
@@ -181,6 +183,8 @@ class RolloutMonitor:
         algo = "grpo" if self.algo == "grpo" else "gdpo"
         stats = reduction.series.values
         row = {int(step): i for i, step in enumerate(reduction.series.steps)}
+        if self._extremes is None:
+            self._extremes = _extremes_of(self.reductions[:-1], len(self.channels))
         per_step = [self._step_scalars(r, row[r.step], stats, algo) for r in records]
         self._to_log.extend(per_step)
         if self.tensorboard:
@@ -195,6 +199,8 @@ class RolloutMonitor:
             values[f"{SCALAR_PREFIX}zero_variance_share/{channel}"] = float(stats["channel_zero_var_share"][s][k])
             weight = float(record.weights[k]) if record.weights is not None else self.weights.get(channel, 1.0)
             values[f"{SCALAR_PREFIX}weight/{channel}"] = weight
+        values.update(self._channel_checks_scalars(s, stats, algo))
+        values[f"{SCALAR_PREFIX}aggregation_gdpo"] = 1.0 if algo == "gdpo" else 0.0
         # not ``zero_variance_share``: a key that is a path prefix of another (``.../zero_variance_share/<c>``) makes
         # MLflow's file store fail the whole batch ("Is a directory") and drop the user's own metrics with it
         values[f"{SCALAR_PREFIX}zero_variance_group_share"] = float(stats["zero_var_share"][s])
@@ -204,6 +210,40 @@ class RolloutMonitor:
         if record.extras is not None:
             values.update(record.extras.scalars)
         return values
+
+    def _channel_checks_scalars(self, s: int, stats: Mapping[str, np.ndarray], algo: str) -> dict[str, float]:
+        """What the per-group channel checks (CD101, CD402) read, so a scan of the tracker's files alone judges the
+        channels from the same numbers (:mod:`collapse_doctor.judge.logged_channels`): the share of advantage signs
+        each channel decides, its groups constant at its maximum and minimum so far (as ``scan`` counts them against
+        the run-wide extremes: a step whose largest reward is the channel's largest so far, and the rule for a
+        channel that never varied), its support and its range. Steps must come in order (they do)."""
+        assert self._extremes is not None
+        top, bottom = self._extremes
+        high, low = stats["reward_max"][s], stats["reward_min"][s]
+        top[:], bottom[:] = np.fmax(top, high), np.fmin(bottom, low)
+        never_varied = top == bottom
+        at_max = (high == top) & ~(never_varied & (top <= 0))
+        at_min = (low == bottom) & ~(never_varied & (top > 0))
+        groups = stats["channel_groups"][s]
+        with np.errstate(invalid="ignore", divide="ignore"):
+            ceiling = np.where(groups > 0, np.where(at_max, stats["channel_at_max_groups"][s] / groups, 0.0), np.nan)
+            floor = np.where(groups > 0, np.where(at_min, stats["channel_at_min_groups"][s] / groups, 0.0), np.nan)
+            scored = stats["channel_rows"][s] / stats["valid_rows"][s]
+        per_channel = {
+            "dominance": stats[f"dominance_{algo}"][s],
+            "ceiling_share": ceiling,
+            "floor_share": floor,
+            "groups": groups,
+            "scored_share": scored,
+            "reward_min": low,
+            "reward_max": high,
+            "group_std": stats["reward_std"][s],
+        }
+        return {
+            f"{SCALAR_PREFIX}{name}/{channel}": float(array[k])
+            for name, array in per_channel.items()
+            for k, channel in enumerate(self.channels)
+        }
 
     def take_log_scalars(self) -> dict[str, float]:
         """The mean of each scalar over the steps reduced since the last call, NaN left out (``{}`` when none were).
@@ -325,6 +365,7 @@ class RolloutMonitor:
                 pq.write_table(kept.replace_schema_metadata(table.schema.metadata), tmp, compression="zstd")
             part.unlink()
         self.purge_step = step
+        self._extremes = None
         # The steps before the resume are the run's too: the live diagnosis judges them, as scan of the parts does.
         self.reductions = [
             reduce_part(pq.read_table(part), part) for part in sorted(self.rollouts_dir.glob("part-*.parquet"))
@@ -336,6 +377,17 @@ class RolloutMonitor:
         if self._writer is not None:
             self._writer.close()
             self._writer = None
+
+
+def _extremes_of(reductions: list[RunReduction], channels: int) -> tuple[np.ndarray, np.ndarray]:
+    """Each channel's largest and smallest reward over ``reductions`` (NaN where none had a value)."""
+    top, bottom = np.full(channels, np.nan), np.full(channels, np.nan)
+    for reduction in reductions:
+        values = reduction.series.values
+        if len(reduction.series.steps):
+            top = np.fmax(top, np.fmax.reduce(values["reward_max"], axis=0))
+            bottom = np.fmin(bottom, np.fmin.reduce(values["reward_min"], axis=0))
+    return top, bottom
 
 
 def reduce_part(table: Any, path: Path) -> RunReduction:

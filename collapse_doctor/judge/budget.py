@@ -169,10 +169,15 @@ def signal_budget(series: RunSeries, algorithm: str, window: slice = _STEPS) -> 
 def channel_extreme_shares(series: RunSeries, window: slice = _STEPS) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per channel over ``window``: (ceiling share, floor share, groups) of the groups where it has 2+ values.
 
-    Ceiling: constant at the channel's run-wide maximum; floor: at its run-wide minimum.
+    Ceiling: constant at the channel's run-wide maximum; floor: at its run-wide minimum. Series rebuilt from the
+    TRL callback's scalars carry the counts at the extremes already (against the extremes so far, which the
+    callback knows when it logs a step), so no step is set aside here.
     """
-    at_max = steps_at_extreme(series, "max")[window]
-    at_min = steps_at_extreme(series, "min")[window]
+    if series.from_callback_scalars:
+        at_max = at_min = np.ones_like(series["channel_groups"][window], dtype=bool)
+    else:
+        at_max = steps_at_extreme(series, "max")[window]
+        at_min = steps_at_extreme(series, "min")[window]
     groups = np.nansum(series["channel_groups"][window], axis=0)
     ceiling = np.nansum(np.where(at_max, series["channel_at_max_groups"][window], 0.0), axis=0)
     floor = np.nansum(np.where(at_min, series["channel_at_min_groups"][window], 0.0), axis=0)

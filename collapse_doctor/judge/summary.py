@@ -154,6 +154,17 @@ def channel_table(
     """
     if "rel_gain" not in series:
         return _scalar_channel_table(summary, scalars)
+    rows = _channel_rows(summary, series, config)
+    if series.from_callback_scalars:  # the scalar log's own columns too (reward std at its peak and now)
+        logged = _scalar_channel_table(summary, scalars)
+        rows = tuple(
+            row | {k: v for k, v in more.items() if k not in row} for row, more in zip(rows, logged, strict=True)
+        )
+    return rows
+
+
+def _channel_rows(summary: RunSummary, series: RunSeries, config: Config) -> tuple[dict[str, Any], ...]:
+    """The channel table's rows from per-step series (the rollouts', or those rebuilt from the callback's)."""
     rows = []
     n = series.num_steps
     tail = slice(max(0, n - max(1, n // 10)), n)

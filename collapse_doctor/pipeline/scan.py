@@ -31,6 +31,7 @@ from collapse_doctor.core.options import ReadOptions, ScanOptions
 from collapse_doctor.core.reduction import RunReduction, without_reused_steps
 from collapse_doctor.core.result import Diagnosis, Phase, RunSummary
 from collapse_doctor.core.schema import AGGREGATION, resolve_weights
+from collapse_doctor.core.series import CALLBACK_SCALARS, RunSeries
 from collapse_doctor.engine.parallel import available_cores, map_ordered
 from collapse_doctor.engine.reduce import SCAN_CHUNK_ROWS, ReadAhead, empty_series, reduce_rollouts
 from collapse_doctor.io.discovery import RunInputs, choose_run, discover_runs
@@ -40,6 +41,7 @@ from collapse_doctor.judge.algorithm import detect_algorithm, phases_from_labels
 from collapse_doctor.judge.detectors import REGISTRY, DetectionContext
 from collapse_doctor.judge.detectors.base import select, threshold_defaults, threshold_ranges
 from collapse_doctor.judge.detectors.runner import run_detectors
+from collapse_doctor.judge.logged_channels import callback_channel_series, logged_aggregation, logged_weights
 from collapse_doctor.judge.summary import (
     channel_table,
     rollout_summary,
@@ -51,7 +53,6 @@ from collapse_doctor.judge.weights import weight_inference
 
 if TYPE_CHECKING:
     from collapse_doctor.core.scalars import ScalarSeries
-    from collapse_doctor.core.series import RunSeries
     from collapse_doctor.engine.cluster import Executor
     from collapse_doctor.engine.stats import ChunkInput, DenseChunk
     from collapse_doctor.io.logs.scalar_cache import ScalarCache
@@ -176,16 +177,20 @@ def detect(
     codes: Sequence[str],
     *,
     started: float | None = None,
+    detector_series: RunSeries | None = None,
 ) -> Diagnosis:
     """Run the selected detectors on a run's values and assemble its Diagnosis.
 
     ``started`` is the ``time.perf_counter()`` value the scan began at (``seconds`` stays 0 without it).
+    ``detector_series``: the series the detectors and the channel table read instead of ``series`` (a scalar-only run's
+    per-channel series rebuilt from the TRL callback's scalars; ``series`` stays the run's own, empty).
     """
+    checked = series if detector_series is None else detector_series
     if len(summary.phases) > 1:
         summary, findings, skipped = _detect_by_phase(summary, series, scalars, config, codes)
     else:
         summary = with_signal(summary, series)
-        ctx = DetectionContext(run=summary, series=series, config=config, scalars=scalars)
+        ctx = DetectionContext(run=summary, series=checked, config=config, scalars=scalars)
         findings, skipped = run_detectors(ctx, codes)
     judged = any(code not in skipped for code in codes)
     current = [f for f in findings if not is_history(f)]  # an earlier phase's findings do not judge the run now
@@ -199,7 +204,7 @@ def detect(
         config=config,
         seconds=time.perf_counter() - started if started is not None else 0.0,
         scalars=scalars,
-        channels=_with_finding_states(channel_table(summary, series, scalars, config), findings),
+        channels=_with_finding_states(channel_table(summary, checked, scalars, config), findings),
     )
 
 
@@ -406,13 +411,9 @@ def diagnose_reduction(
     summary, the scalar log's share and the detectors.
     """
     options = plan.options
+    callback_series: RunSeries | None = None
     if reduction is None:
-        channels = scalars.channels if scalars is not None else ()
-        weights = resolve_weights(channels, dict(options.read.weights or {}), {})
-        series = empty_series(channels)
-        algorithm = detect_algorithm(series, options.algo)
-        device = "cpu" if options.device == "auto" else options.device
-        summary = scalar_only_summary(scalar_files, scalars, weights, algorithm=algorithm[0], device=device)
+        summary, series, callback_series = _scalar_only(options, scalars, scalar_files)
     else:
         reduction, reuse_notes = without_reused_steps(reduction)
         algorithm = detect_algorithm(reduction.series, options.algo, reduction.dynamic_weight_channels)
@@ -423,8 +424,42 @@ def diagnose_reduction(
         summary = replace(summary, phases=phases, warnings=summary.warnings + reuse_notes + notes + phase_notes)
     summary = with_scalar_log(summary, scalars, name=name, has_rollouts=reduction is not None)
     summary = replace(summary, set_aside=tuple(set_aside), warnings=summary.warnings + tuple(run_notes))
-    diagnosis = detect(summary, series, scalars, plan.config, plan.codes, started=started)
+    diagnosis = detect(
+        summary, series, scalars, plan.config, plan.codes, started=started, detector_series=callback_series
+    )
     return Judged(diagnosis=diagnosis, reduction=reduction)
+
+
+CALLBACK_WEIGHTS_SOURCE = "the callback's collapse_doctor/weight/<channel> scalars"
+CALLBACK_AGGREGATION_SOURCE = "the callback's collapse_doctor/aggregation_gdpo scalar"
+
+
+def _scalar_only(
+    options: ScanOptions, scalars: ScalarSeries | None, files: Sequence[Path]
+) -> tuple[RunSummary, RunSeries, RunSeries | None]:
+    """A run with a scalar log only: its summary, its (empty) per-step series, and the per-channel series the
+    channel checks judge where the log holds the TRL callback's (:mod:`collapse_doctor.judge.logged_channels`).
+
+    The callback's logged aggregation and weights are the run's (``--algo`` and ``--weights`` still win); its
+    series are used only under the aggregation they were computed under."""
+    channels = scalars.channels if scalars is not None else ()
+    logged = logged_weights(scalars)
+    weights = resolve_weights(channels, dict(options.read.weights or {}), logged)
+    series = empty_series(channels)
+    algorithm, source = detect_algorithm(series, options.algo)
+    aggregation = logged_aggregation(scalars)
+    if algorithm == "unknown" and aggregation is not None:
+        algorithm, source = aggregation, CALLBACK_AGGREGATION_SOURCE
+    device = "cpu" if options.device == "auto" else options.device
+    summary = scalar_only_summary(files, scalars, weights, algorithm=algorithm, device=device)
+    judged_as = "gdpo" if algorithm == "gdpo" else "grpo"
+    judged = callback_channel_series(scalars, aggregation) if aggregation == judged_as else None
+    changes: dict[str, Any] = {"algorithm_source": source} if source == CALLBACK_AGGREGATION_SOURCE else {}
+    if logged and not options.read.weights:
+        changes["weights_source"] = CALLBACK_WEIGHTS_SOURCE
+    if judged is not None:
+        changes["channel_series"] = CALLBACK_SCALARS
+    return replace(summary, **changes), series, judged
 
 
 def step_aggregation(reader: Any) -> dict[int, str] | None:

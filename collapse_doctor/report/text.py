@@ -116,6 +116,8 @@ def render_text(
     algorithm = printable(f"{run.algorithm.upper()} ({run.algorithm_source})")
     if run.rollouts or not run.scalar_points:
         console.print(f"  algorithm {algorithm}; advantages recomputed on {run.device}")
+    elif run.channel_series:
+        console.print(f"  algorithm {algorithm}; channel checks on the callback's series, nothing recomputed")
     else:
         console.print("  algorithm unknown: no rollouts, so no advantages were recomputed")
     for note in run.set_aside:
@@ -124,7 +126,7 @@ def render_text(
         console.print(f"  warning: {printable(warning)}", style="yellow")
     console.print()
 
-    if run.rollouts == 0 and run.scalar_points:
+    if run.rollouts == 0 and run.scalar_points and not run.channel_series:
         _scalar_channels(console, diagnosis)
     else:
         _rollout_channels(console, diagnosis)

@@ -67,6 +67,18 @@ class DetectionContext:
         return self.config.threshold(code, name)
 
     @property
+    def judges_groups(self) -> bool:
+        """Whether the per-group channel checks can judge this run: it has rollouts, or its scalar log holds the
+        per-channel series the TRL callback logs (``series`` rebuilt from them)."""
+        return bool(self.run.rollouts) or self.series.from_callback_scalars
+
+    @property
+    def recomputed(self) -> bool:
+        """Whether the other aggregation's advantages were recomputed (rollouts were read): the counterfactual
+        (:meth:`counterfactual`) exists only then."""
+        return bool(self.run.rollouts)
+
+    @property
     def persistence(self) -> int:
         """Consecutive steps a condition must hold before it becomes a finding."""
         return self.config.persistence_steps(self.series.num_steps)

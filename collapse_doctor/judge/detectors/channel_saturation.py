@@ -35,7 +35,7 @@ class ChannelStdSaturation(ScalarDetector):
         level (all-fail: a channel the policy is losing), or stuck in between. A channel that never
         varied in a sustained way (constant, or a rare failure now and then, from its first logged
         point) did not collapse from a peak: at most information, and only for a run without rollouts
-        (with rollouts, CD101 judges it per group).
+        (with rollouts, or the TRL callback's per-channel series in the log, CD101 judges it per group).
 
     Why it matters
         A channel that is the same for every completion adds a constant to every sum: it changes no
@@ -120,8 +120,8 @@ class ChannelStdSaturation(ScalarDetector):
         # a collapse from a peak needs a sustained stretch of real spread (no batch of identical values) before it
         varied = (ratio[:start] >= ctx.threshold(self.code, "others_ratio")) & (values[:start] > ZERO * scale)
         if persistent_onset(varied, persist) is None:
-            if ctx.run.rollouts:
-                return None  # never varied in a sustained way: CD101 judges the channel per group
+            if ctx.judges_groups:
+                return None  # never varied in a sustained way: CD101 judges the channel per group (or its series)
             return self._never_varied(ctx, channel, steps, values, persist, stretch=stretch)
         peak_value = float(peak[start])
         head = np.where(np.isfinite(values[: start + 1]), values[: start + 1], -1)
@@ -213,7 +213,7 @@ class ChannelStdSaturation(ScalarDetector):
         stretch: tuple[int, int] | None = None,
     ) -> Finding | None:
         """Information on a channel constant (or nearly) from its first logged point, for a scalar-only run."""
-        if ctx.run.rollouts:
+        if ctx.judges_groups:
             return None
         mean = self.optional(ctx, S.CHANNEL_MEAN + channel)
         constant_share = float(np.mean(np.abs(np.nan_to_num(values, nan=0.0)) <= ZERO))

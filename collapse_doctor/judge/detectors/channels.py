@@ -174,6 +174,12 @@ class Collinearity(Detector):
         return variance_inflation(corr)
 
 
+NOT_RECOMPUTED = Remedy(
+    "scan the rollouts (CollapseDoctorCallback writes them to OUTPUT/rollouts) to see whether GDPO would resolve it"
+)
+"""CD402's remedy on a run judged from the callback's scalars: the counterfactual needs the rollouts."""
+
+
 @register
 class DominantChannel(Detector):
     """One channel drowns the others in the combined advantage (dominant channel).
@@ -186,7 +192,9 @@ class DominantChannel(Detector):
         a weight of 1 against 0.2 is a choice, not a pathology) and decides the sign of most advantages,
         over a long stretch (twice the persistence window), while another channel still varies within most
         groups. A rare large bonus holds most of the pooled variance but decides only the groups it occurs
-        in, so it does not count as dominance.
+        in, so it does not count as dominance. A run read from its scalar log only is judged on the
+        per-channel series CollapseDoctorCallback logs (under the run's aggregation; the other aggregation's
+        share, and so whether it would resolve the finding, is then not computed).
 
     Why it matters
         Summing rewards before normalising lets the channel with the widest spread decide the
@@ -209,13 +217,16 @@ class DominantChannel(Detector):
         `multi_objective_aggregation="normalize_then_sum"`. A run that already is GDPO is pointed to
         `--algo gdpo-dynamic`. Gate the dominant channel on the objective it drowns (`condition = {x =
         "y >= 1"}`: it counts only where `y` passes, so it cannot be farmed while `y` fails; not when `y`
-        is at its ceiling by the end, where it would gate nothing); on a GRPO run where it began in the
+        is at its ceiling by the end, where it would gate nothing, nor when `y` never reaches 1, where it would
+        count `x` nowhere); on a GRPO run where it began in the
         first half of the run and GDPO resolves it, switch when it shows (`hybrid_switch =
         "on-finding:CD402@warning"`). The finding's actions carry each of these; `--from-scan` applies them.
+        Judged from the callback's scalars, the remedy points to the rollouts for the GDPO counterfactual.
     """
 
     code = "CD402"
     name = "dominant channel"
+    requires = ("channel_series",)
     graded_on_current_window = False  # the squeeze is the transition's harm; it ends when the channel saturates
     default_severity = Severity.WARNING
     targets = "channel"
@@ -239,7 +250,9 @@ class DominantChannel(Detector):
             stretch = self._stretch(ctx, k, varies)
             if stretch is None:
                 continue
-            fires_other = self._stretch(ctx.counterfactual(), k, varies) is not None
+            # the other aggregation's shares exist only where the rollouts were recomputed (None: not computed)
+            fires_other = self._stretch(ctx.counterfactual(), k, varies) is not None if ctx.recomputed else None
+            resolves = None if fires_other is None else not fires_other
             window = ctx.window(stretch)
             drowned = [channels[j] for j in range(len(channels)) if j != k and varies[window, j].mean() > 0.5]
             share_grpo = nanmedian(series["signal_share_grpo"][window, k])
@@ -265,8 +278,8 @@ class DominantChannel(Detector):
                         f"`{channel}` holds {share_pct(share_own)} of the within-group variance of the combined "
                         f"reward and decides {signs:.0%} of advantage signs while {names} still "
                         f"{'vary' if len(drowned) != 1 else 'varies'} "
-                        f"(steps {int(series.steps[stretch[0]])}-{int(series.steps[stretch[1]])}); under "
-                        f"{'GRPO' if alg == 'gdpo' else 'GDPO'} its share would be {share_pct(share_other)}."
+                        f"(steps {int(series.steps[stretch[0]])}-{int(series.steps[stretch[1]])}); "
+                        + self._other_share(ctx, share_other)
                     ),
                     channels=(channel, *drowned),
                     evidence={
@@ -277,14 +290,22 @@ class DominantChannel(Detector):
                         "suggested_weight": suggested,
                     },
                     remedy=Remedy.join(
-                        switch_remedy(ctx, not fires_other),
+                        switch_remedy(ctx, resolves) if ctx.recomputed else NOT_RECOMPUTED,
                         self._lower(channel, suggested),
-                        self._recipes(ctx, stretch, channel, drowned, resolves=not fires_other),
+                        self._recipes(ctx, stretch, channel, drowned, resolves=resolves is True),
                     ),
-                    gdpo_resolves=gdpo_counterfactual(ctx, not fires_other),
+                    gdpo_resolves=gdpo_counterfactual(ctx, resolves),
                 )
             )
         return findings
+
+    @staticmethod
+    def _other_share(ctx: DetectionContext, share: float) -> str:
+        """The clause on the other aggregation's share: its recomputed value, or why there is none."""
+        other = ctx.other_algorithm.upper()
+        if not ctx.recomputed:
+            return f"its share under {other} was not computed (no rollouts were read to recompute them)."
+        return f"under {other} its share would be {share_pct(share)}."
 
     @staticmethod
     def _lower(channel: str, suggested: float) -> Remedy:
@@ -311,7 +332,13 @@ class DominantChannel(Detector):
         at_ceiling = {
             c for k, c in enumerate(series.channels) if applies[k] >= STATE_SHARE and ceiling[k] >= STATE_SHARE
         }
-        objective = next((c for c in drowned if c != channel and c not in at_ceiling), None)
+        # a gate at 1 on an objective that never reaches 1 would count the loud channel nowhere: not proposed
+        reaches = {
+            c
+            for k, c in enumerate(series.channels)
+            if np.isfinite(series["reward_max"][:, k]).any() and np.nanmax(series["reward_max"][:, k]) >= 1.0
+        }
+        objective = next((c for c in drowned if c != channel and c not in at_ceiling and c in reaches), None)
         parts: list[Remedy] = []
         if objective is not None:
             gate = ConditionChannel(channel, objective, ">=", 1.0)

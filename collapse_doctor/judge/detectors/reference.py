@@ -64,6 +64,10 @@ holds throughout is all there is, not a sustained change.
 """
 
 
+NEEDS_SHOWN = {"channel_series": "rollouts or the TRL callback's channel series"}
+"""How the reference's table names a requirement whose code name says less than its words."""
+
+
 def reference_markdown() -> str:
     """The detector reference: one section per code, from the docstrings and class attributes."""
     lines = [
@@ -79,7 +83,7 @@ def reference_markdown() -> str:
     ]
     for code in sorted(REGISTRY):
         detector = REGISTRY[code]
-        needs = ", ".join(detector.requires)
+        needs = ", ".join(NEEDS_SHOWN.get(need, need) for need in detector.requires)
         lines.append(f"| [{code}](#{code.lower()}) | {detector.name} | {detector.default_severity.label} | {needs} |")
     lines += ["", *JUDGEMENT.rstrip("\n").split("\n")]
     for code in sorted(REGISTRY):

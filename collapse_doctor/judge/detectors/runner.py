@@ -18,6 +18,7 @@ def missing_requirement(
     ``/`` is a per-channel prefix: any channel's series)."""
     present = {
         "rollouts": bool(ctx.run.rollouts),
+        "channel_series": ctx.judges_groups,
         "logged_advantage": ctx.run.logged_advantage,
         "scalars": ctx.scalars is not None,
     }
@@ -33,6 +34,18 @@ def missing_requirement(
     return None
 
 
+def _too_few_steps(ctx: DetectionContext) -> str | None:
+    """The reason a check of the per-step series cannot judge a run this short, or ``None``."""
+    steps = ctx.series.num_steps
+    if steps >= ctx.min_steps:
+        return None
+    if ctx.series.from_callback_scalars:
+        what = f"{steps} logged point{'s' if steps != 1 else ''} of the callback's channel series"
+    else:
+        what = f"{steps} step{'s' if steps != 1 else ''} of rollouts"
+    return f"not enough data to judge: {what}, a sustained condition needs {ctx.min_steps}+"
+
+
 def run_detectors(ctx: DetectionContext, codes: Sequence[str]) -> tuple[list[Finding], dict[str, str]]:
     """Run the selected detectors (most severe findings first); a crash becomes an ``error`` finding."""
     findings: list[Finding] = []
@@ -40,10 +53,8 @@ def run_detectors(ctx: DetectionContext, codes: Sequence[str]) -> tuple[list[Fin
     for code in codes:
         detector = REGISTRY[code]
         reason = missing_requirement(ctx, detector.requires, getattr(detector, "reads", ()))
-        if reason is None and "rollouts" in detector.requires and ctx.series.num_steps < ctx.min_steps:
-            steps = ctx.series.num_steps
-            reason = f"not enough data to judge: {steps} step{'s' if steps != 1 else ''} of rollouts, a sustained "
-            reason += f"condition needs {ctx.min_steps}+"
+        if reason is None and {"rollouts", "channel_series"} & set(detector.requires):
+            reason = _too_few_steps(ctx)
         if reason is not None:
             skipped[code] = reason
             continue

@@ -73,7 +73,9 @@ class RelGainDecay(Detector):
         most groups hold one completion repeated is constant because the policy collapsed (info, pointing to
         CD105); a channel at its floor in most groups whose mean rose is "all or nothing within groups" (info,
         not "lost"); a channel whose spread shrinks while its mean sits at 90% or more of the way from its
-        run-wide minimum to its maximum is "near its maximum" (info, learned), not fading.
+        run-wide minimum to its maximum is "near its maximum" (info, learned), not fading. A run read from its
+        scalar log only is judged on the per-channel series CollapseDoctorCallback logs (the same statistics,
+        one point per log, the ceiling and floor against the extremes so far); without them it is skipped.
 
     Why it matters
         A channel that is constant within a group adds the same number to every completion's sum: it
@@ -101,6 +103,7 @@ class RelGainDecay(Detector):
 
     code = "CD101"
     name = "rel_gain decay"
+    requires = ("channel_series",)
     default_severity = Severity.WARNING
     targets = "channel"
     thresholds: ClassVar[Mapping[str, float]] = {

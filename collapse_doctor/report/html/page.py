@@ -306,7 +306,7 @@ def _overview(diagnosis: Diagnosis) -> str:
 
 def _channel_table(diagnosis: Diagnosis) -> str:
     """The channel table of ``scan``; a scalar-only run has reward mean and std instead of rel_gain and shares."""
-    rollouts = bool(diagnosis.run.rollouts)
+    rollouts = bool(diagnosis.run.rollouts or diagnosis.run.channel_series)  # the per-group table's columns
     if rollouts:
         head = ["rel_gain peak → now", "variance share GRPO / GDPO", "constant groups", "mean reward"]
     else:

@@ -46,10 +46,20 @@ class RewardSpy:
         return spied
 
 
-def make_trainer(out: Path, *, steps: int, callbacks: list[Any], spy: RewardSpy | None = None, **config: Any) -> Any:
-    """A plain TRL GRPOTrainer on the demo task: 4 prompts x 4 completions per process and step, 6 tokens."""
+def make_trainer(
+    out: Path,
+    *,
+    steps: int,
+    callbacks: list[Any],
+    spy: RewardSpy | None = None,
+    funcs: list[Any] | None = None,
+    **config: Any,
+) -> Any:
+    """A plain TRL GRPOTrainer on the demo task: 4 prompts x 4 completions per process and step, 6 tokens.
+
+    ``funcs``: other reward functions than the three above (give ``reward_weights`` with them)."""
     tokenizer = build_char_tokenizer()
-    funcs = [format_tag, graded, sometimes]
+    funcs = funcs or [format_tag, graded, sometimes]
     settings: dict[str, Any] = {
         "output_dir": str(out),
         "max_steps": steps,
