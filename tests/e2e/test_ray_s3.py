@@ -1,4 +1,4 @@
-"""``--ray`` on a run in object storage: every shard task opens the objects itself (ranged reads through fsspec,
+"""``--ray`` on a run in object storage: every shard task opens the objects itself (ranged reads,
 the endpoint and credentials from the environment the tasks inherit), and the results are the local scan's of the
 same URL. A real S3-protocol server on 127.0.0.1 (moto), started before the local Ray instance so that its
 workers see ``AWS_ENDPOINT_URL``."""

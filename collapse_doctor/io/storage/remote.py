@@ -3,17 +3,20 @@
 A URL becomes a :class:`RemotePath`: a :class:`pathlib.PosixPath` whose parts are the URL's (``s3:``, the
 bucket, the key's parts), so ``name``, ``suffix``, ``parent``, ``relative_to``, sorting and hashing are
 pathlib's own, and every reader, the format registry and discovery take it where they take a local file.
-What touches the data is overridden and goes through the URL's fsspec filesystem: ``open("rb")`` (ranged
+What touches the data is overridden and goes through the URL's filesystem: ``open("rb")`` (ranged
 reads: each read is one ranged GET, nothing is fetched ahead), ``read_bytes``, ``read_text``, ``stat`` (size,
 modification time; the listing's when the path came from one, so no request), ``exists``, ``is_file`` and
 ``is_dir``. ``resolve()`` is the path itself. Anything else that would reach the local file system fails
 loudly: ``os.fspath`` of a RemotePath is a TypeError, never a local path named ``s3:/...``.
 
-Filesystems come from fsspec (s3fs, gcsfs, adlfs, huggingface_hub: the ``remote`` extra), made once per
-scheme and environment. Endpoints and credentials come from the usual places: botocore's chain for S3
-(environment keys, ``AWS_PROFILE``, instance roles) with ``AWS_ENDPOINT_URL_S3`` / ``AWS_ENDPOINT_URL`` passed
-explicitly; Google's application default credentials (and ``STORAGE_EMULATOR_HOST``) for GCS; the
-``AZURE_STORAGE_*`` variables for Azure; ``HF_TOKEN`` / the cached login (and ``HF_ENDPOINT``) for the Hub.
+A filesystem is made once per scheme and environment. S3 goes through botocore alone
+(:class:`~collapse_doctor.io.storage.s3_client.BotocoreS3`, the ``s3`` extra: s3fs with aiobotocore and fsspec cost
+over half a second of import in every process that reads a bucket); the other clouds through their fsspec
+filesystems (gcsfs, adlfs, huggingface_hub: the ``gcs``, ``azure`` and ``hf`` extras; ``remote``: all four). Both
+answer the same six calls (:class:`ObjectStore`). Endpoints and credentials come from the usual places:
+botocore's chain for S3 (environment keys, ``AWS_PROFILE``, instance roles) with ``AWS_ENDPOINT_URL_S3`` /
+``AWS_ENDPOINT_URL`` passed explicitly; Google's application default credentials (and ``STORAGE_EMULATOR_HOST``)
+for GCS; the ``AZURE_STORAGE_*`` variables for Azure; ``HF_TOKEN`` / the cached login (and ``HF_ENDPOINT``) for the Hub.
 Every failure (no credentials, no such bucket or object, access denied, unreachable endpoint, missing extra)
 is one :class:`~collapse_doctor.core.errors.InputError` naming the URL, with a hint.
 """
@@ -30,12 +33,9 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path, PosixPath
-from typing import IO, TYPE_CHECKING, Any, TypeVar
+from typing import IO, Any, Literal, Protocol, TypeVar
 
 from collapse_doctor.core.errors import InputError, OutputError
-
-if TYPE_CHECKING:
-    from fsspec import AbstractFileSystem
 
 __all__ = [
     "REMOTE_SCHEMES",
@@ -72,7 +72,7 @@ PREFETCH_THREADS = 16
 """Concurrent GETs of :func:`prefetch` (requests to object storage are latency-bound; a synchronous filesystem such
 as the Hub's gets its concurrency from the threads, an asynchronous one gathers them on its loop)."""
 
-_PACKAGE = {"s3": "s3fs", "gcs": "gcsfs", "azure": "adlfs", "hf": "huggingface_hub"}
+_PACKAGE = {"s3": "botocore", "gcs": "gcsfs", "azure": "adlfs", "hf": "huggingface_hub"}
 _ROOT = {"s3": "bucket", "gcs": "bucket", "azure": "container", "hf": "repository"}
 _ENV_PREFIXES = {
     "s3": ("AWS_",),
@@ -196,7 +196,7 @@ class RemotePath(PosixPath):
 
     @property
     def key(self) -> str:
-        """The path the fsspec filesystem knows the object by: ``bucket/key`` (``datasets/org/name/file``)."""
+        """The path the filesystem knows the object by: ``bucket/key`` (``datasets/org/name/file``)."""
         return "/".join(self.parts[1:])
 
     @property
@@ -255,8 +255,8 @@ class RemotePath(PosixPath):
     # --- reading ----------------------------------------------------------------------------------------------
 
     @property
-    def filesystem(self) -> AbstractFileSystem:
-        """The fsspec filesystem of this URL's scheme (made once per scheme and environment)."""
+    def filesystem(self) -> ObjectStore:
+        """The filesystem of this URL's scheme (made once per scheme and environment)."""
         return filesystem(self)
 
     def _query(self, action: Callable[[], _T]) -> _T:
@@ -414,26 +414,56 @@ def _version(info: dict[str, Any]) -> str:
 # --- filesystems --------------------------------------------------------------------------------------------
 
 _LIBRARY_LOGGERS = ("fsspec", "s3fs", "gcsfs", "adlfs", "azure", "huggingface_hub", "aiobotocore", "botocore")
-_FILESYSTEMS: dict[tuple[str, tuple[tuple[str, str], ...]], AbstractFileSystem] = {}
+
+
+class ObjectStore(Protocol):
+    """What :class:`RemotePath` asks of a scheme's filesystem: six calls of fsspec's filesystem API, with its
+    meanings (names ``bucket/key``; ``info``'s ``type`` is ``file`` or ``directory``; ``cat_file``'s ``end`` is
+    exclusive; ``open(..., cache_type="none")`` reads each range when asked). An fsspec filesystem is one;
+    :class:`~collapse_doctor.io.storage.s3_client.BotocoreS3` is S3's."""
+
+    def info(self, path: str) -> dict[str, Any]: ...
+
+    def exists(self, path: str) -> bool: ...
+
+    def find(self, path: str, *, detail: Literal[True]) -> dict[str, dict[str, Any]]: ...
+
+    def glob(self, path: str, *, detail: Literal[True]) -> dict[str, dict[str, Any]]: ...
+
+    def cat_file(self, path: str, start: int | None = None, end: int | None = None) -> bytes: ...
+
+    def open(self, path: str, mode: str = "rb", cache_type: str = "none", **text: Any) -> IO[Any]: ...
+
+
+_FILESYSTEMS: dict[tuple[str, tuple[tuple[str, str], ...]], ObjectStore] = {}
 
 
 def _storage_options(family: str) -> dict[str, Any]:
+    """The fsspec filesystem options of a family other than S3."""
     # Listings are never cached: watch lists the same prefix again and again and must see what changed.
-    if family == "s3":
-        options: dict[str, Any] = {"use_listings_cache": False}
-        # botocore reads these itself in recent versions, but not every version (nor pyarrow's S3 client) does.
-        endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
-        if endpoint:
-            options["client_kwargs"] = {"endpoint_url": endpoint}
-        return options
     if family in ("gcs", "azure"):
         return {"use_listings_cache": False}
     return {}
 
 
-def filesystem(path: RemotePath) -> AbstractFileSystem:
-    """The fsspec filesystem for ``path``'s scheme, made once per scheme and set of the family's environment
-    variables (a changed ``AWS_PROFILE`` or endpoint gets a new one)."""
+def _make_filesystem(path: RemotePath) -> ObjectStore:
+    """A new filesystem for ``path``'s scheme: botocore's client for S3, fsspec's filesystem for the others (an
+    ImportError when the extra's package is missing)."""
+    if path.family == "s3":
+        from collapse_doctor.io.storage.s3_client import BotocoreS3
+
+        # botocore reads these itself in recent versions, but not every version does.
+        endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+        return BotocoreS3(endpoint_url=endpoint or None, max_pool_connections=PREFETCH_THREADS)
+    import fsspec
+
+    made: ObjectStore = fsspec.filesystem(path.scheme, skip_instance_cache=True, **_storage_options(path.family))
+    return made
+
+
+def filesystem(path: RemotePath) -> ObjectStore:
+    """The filesystem for ``path``'s scheme, made once per scheme and set of the family's environment variables (a
+    changed ``AWS_PROFILE`` or endpoint gets a new one)."""
     family = path.family
     prefixes = _ENV_PREFIXES[family]
     env = tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith(prefixes)))
@@ -449,9 +479,7 @@ def filesystem(path: RemotePath) -> AbstractFileSystem:
         if not library.handlers:
             library.addHandler(logging.NullHandler())
     try:
-        import fsspec
-
-        made = fsspec.filesystem(path.scheme, skip_instance_cache=True, **_storage_options(family))
+        made = _make_filesystem(path)
     except ImportError as exc:
         raise InputError(
             f"{path}: reading {path.scheme}:// URLs needs the {package} package (not installed)",

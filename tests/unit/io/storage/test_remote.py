@@ -104,17 +104,17 @@ def bucket(s3_server: S3Server, tmp_path_factory: pytest.TempPathFactory) -> dic
 def test_parquet_is_read_in_ranges_of_the_columns_needed(
     bucket: dict[str, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import s3fs.core
+    from collapse_doctor.io.storage.s3_client import BotocoreS3
 
     requests: list[int] = []
-    fetch = s3fs.core.S3File._fetch_range
+    fetch = BotocoreS3._get  # every GET, whole or ranged
 
-    def counting(self: Any, start: int, end: int) -> bytes:
-        data: bytes = fetch(self, start, end)
+    def counting(self: Any, bucket: str, key: str, byte_range: str | None) -> bytes:
+        data: bytes = fetch(self, bucket, key, byte_range)
         requests.append(len(data))
         return data
 
-    monkeypatch.setattr(s3fs.core.S3File, "_fetch_range", counting)
+    monkeypatch.setattr(BotocoreS3, "_get", counting)
     run = ParquetRun([bucket["url"]], check_rewards_first=True)
     chunks = list(run.iter_chunks(4096))
     expected = list(ParquetRun([bucket["local"]], check_rewards_first=True).iter_chunks(4096))
