@@ -44,6 +44,7 @@ from collapse_doctor.cli.retrain import retrain
 from collapse_doctor.cli.scan import scan
 from collapse_doctor.cli.schema import schema
 from collapse_doctor.cli.simulate import simulate
+from collapse_doctor.cli.startup import before_command
 from collapse_doctor.cli.watch import watch
 from collapse_doctor.core.version import __version__
 
@@ -247,6 +248,7 @@ def run(argv: list[str] | None = None) -> None:
     streams and leaves with ``os._exit``; commands in :data:`FULL_TEARDOWN_COMMANDS` exit normally.
     """
     args = sys.argv[1:] if argv is None else argv
+    before_command(args)
     try:
         main(args)
         code = EXIT_OK
