@@ -11,6 +11,11 @@ counts.
 :func:`regression_gate` judges a run against a baseline by stated criteria (:class:`GateCriterion`): a finding at
 or above the gate level that the baseline does not have at or above it, the zero-advantage share worse by more than
 an absolute margin, a channel's rel_gain (now) lower by more than a relative margin.
+
+:func:`conclude` words a gate's result as a :class:`Conclusion` (the run worse, not cleared, no worse or better than
+the baseline; the measures that got worse or better with both values; what could not be compared, counted against
+the run; the findings new, escalated or eased; whether the gate fails it). :func:`compare` makes one per later run
+whether or not it gates, from the gate ``--gate`` would run, so the answer a comparison opens with is the gate's.
 """
 
 from __future__ import annotations
@@ -36,8 +41,13 @@ if TYPE_CHECKING:
 __all__ = [
     "ALIGNMENTS",
     "COMPARE_FORMAT_VERSION",
+    "CONCLUSION_VERDICTS",
+    "NOT_COMPARED",
     "ComparedRun",
     "Comparison",
+    "Conclusion",
+    "FindingChange",
+    "FindingKey",
     "FindingMatch",
     "GateCriterion",
     "GateResult",
@@ -48,6 +58,7 @@ __all__ = [
     "check_outputs",
     "compare",
     "compare_runs",
+    "conclude",
     "finding_key",
     "load_runs",
     "match_findings",
@@ -191,7 +202,11 @@ def compare_runs(
 
 
 # -- findings --------------------------------------------------------------------------------------
-def finding_key(finding: Finding) -> tuple[str, tuple[str, ...]]:
+FindingKey = tuple[str, tuple[str, ...]]
+"""What matches a finding across runs (:func:`finding_key`)."""
+
+
+def finding_key(finding: Finding) -> FindingKey:
     """What matches a finding across runs: its code and the channels it names, in order."""
     return finding.code, tuple(finding.channels)
 
@@ -234,7 +249,7 @@ def match_findings(runs: Sequence[Sequence[Finding]]) -> tuple[FindingMatch, ...
 
     A run with two findings of one key keeps its most severe (findings come most severe first).
     """
-    keys: dict[tuple[str, tuple[str, ...]], list[Finding | None]] = {}
+    keys: dict[FindingKey, list[Finding | None]] = {}
     for i, findings in enumerate(runs):
         for finding in sorted(findings, key=lambda f: -f.severity):
             row = keys.setdefault(finding_key(finding), [None] * len(runs))
@@ -342,6 +357,9 @@ class Comparison:
     """Per run, the index of its step at each x (-1: no step there)."""
     gates: tuple[GateResult, ...] = ()
     """With ``gate``: each later run judged against the first (the baseline)."""
+    conclusions: tuple[Conclusion, ...] = ()
+    """Each later run against the first, in words of the gate (:func:`conclude`): what ``gates`` decides with
+    ``gate``, what it would decide without."""
 
     @property
     def labels(self) -> list[str]:
@@ -418,6 +436,11 @@ class Comparison:
                 "series": self.aligned(),
             },
             "gates": [g.to_dict() for g in self.gates],
+            "conclusion": {
+                "baseline": labels[0],
+                "gated": bool(self.gates),
+                "runs": [c.to_dict() for c in self.conclusions],
+            },
             "exit_code": max((g.exit_code for g in self.gates), default=0),
         }
 
@@ -445,7 +468,9 @@ def compare(
 ) -> Comparison:
     """Compare ``diagnoses`` (two or more): findings matched by ``(code, channels)``, steps aligned by ``align``.
 
-    ``gate``: judge every run after the first against the first (:func:`regression_gate`).
+    ``gate``: judge every run after the first against the first (:func:`regression_gate`). The conclusions come
+    from that gate, or without ``gate`` from the one ``--gate`` would run (the first run's ``fail_on`` and
+    ``[tool.collapse-doctor.gate]`` margins), so what they say is what the gate says.
     """
     if len(diagnoses) < 2:
         raise UsageError(f"a comparison needs at least 2 runs, got {len(diagnoses)}")
@@ -454,16 +479,17 @@ def compare(
     )
     runs = tuple(ComparedRun(label, d) for label, d in zip(names, diagnoses, strict=True))
     x, indices = aligned_indices([d.series.steps for d in diagnoses], align)
-    gates: tuple[GateResult, ...] = ()
-    if gate is not None:
-        gates = tuple(regression_gate(runs[0], run, gate) for run in runs[1:])
+    config = diagnoses[0].config
+    settings = gate if gate is not None else GateSettings.resolve(config.gate, fail_on=config.fail_on)
+    judged = tuple(regression_gate(runs[0], run, settings) for run in runs[1:])
     return Comparison(
         runs=runs,
         align=align,
         findings=match_findings([d.findings for d in diagnoses]),
         x=x,
         indices=tuple(indices),
-        gates=gates,
+        gates=judged if gate is not None else (),
+        conclusions=tuple(conclude(g) for g in judged),
     )
 
 
@@ -530,8 +556,36 @@ class GateCriterion:
     limit: Any
     failed: bool
     detail: str
+    compared: bool = True
+    """Whether both numbers were there to compare (``False``: ``failed`` says whether that counts against the run)."""
+    improved: bool = False
+    """The mirror of ``failed``: better than the baseline by more than the margin (``verdict``: a better verdict)."""
+    channel: str | None = None
+    """The channel a ``rel_gain`` criterion compares."""
+    codes: tuple[str, ...] = ()
+    """``coverage``: the checks that ran on the baseline and not on the run."""
+    reason: str = ""
+    """Why it was not compared: one of :data:`NOT_COMPARED`."""
+
+    @property
+    def counts_against(self) -> bool:
+        """Not compared, and that fails the gate (what one side lacks is never ok)."""
+        return self.failed and not self.compared
+
+    def measure_dict(self) -> dict[str, Any]:
+        """The criterion as a measure of a conclusion's JSON (``conclusion.runs[].worse[]``...)."""
+        return {
+            "measure": self.name,
+            "channel": self.channel,
+            "baseline": plain(self.baseline),
+            "run": plain(self.run),
+            "codes": list(self.codes),
+            "reason": self.reason or None,
+            "counts_against": self.counts_against,
+        }
 
     def to_dict(self) -> dict[str, Any]:
+        """The gate's JSON shape (``compared``, ``improved``... feed :func:`conclude`, not this shape)."""
         return {
             "criterion": self.name,
             "subject": self.subject,
@@ -553,6 +607,13 @@ class GateResult:
     criteria: tuple[GateCriterion, ...]
     new_findings: tuple[Finding, ...]
     shared_findings: tuple[Finding, ...]
+    escalated_findings: tuple[Finding, ...] = ()
+    """Shared findings more severe in the run than in the baseline."""
+    eased_findings: tuple[Finding, ...] = ()
+    """The baseline's findings at or above ``fail_on`` that the run no longer has at their severity (gone, or
+    less severe): the mirror of the new and escalated ones."""
+    severities: Mapping[FindingKey, tuple[Severity | None, Severity | None]] = field(default_factory=dict)
+    """Per ``(code, channels)`` of either run, its worst severity in the baseline and in the run (any level)."""
 
     @property
     def failed(self) -> bool:
@@ -611,11 +672,19 @@ def regression_gate(baseline: ComparedRun, run: ComparedRun, settings: GateSetti
     - ``rel_gain``: per channel of the baseline that still ranks (rel_gain now above 0), the run's rel_gain (now)
       is below the baseline's times ``1 - rel_gain_margin``, or the run has no such channel or no value of it now
       (not compared, and that counts against the run).
+
+    Each criterion also says whether the run is better by the same margin (``improved``: a lower zero-advantage
+    share by more than the margin, a rel_gain above the baseline's times ``1 + rel_gain_margin``, a better
+    verdict), and the result names the baseline's findings the run no longer has at their severity: what
+    :func:`conclude` words, so the conclusion is this gate's and no other judgement.
     """
     level = settings.fail_on
     criteria: list[GateCriterion] = []
     b, r = baseline.diagnosis, run.diagnosis
+    ran_base = {code for code in b.detectors if code not in b.skipped}
+    ran_run = {code for code in r.detectors if code not in r.skipped}
     if level != "never":
+        inconclusive = r.verdict == "inconclusive"
         criteria.append(
             GateCriterion(
                 "judged",
@@ -623,12 +692,12 @@ def regression_gate(baseline: ComparedRun, run: ComparedRun, settings: GateSetti
                 b.verdict,
                 r.verdict,
                 "not inconclusive",
-                r.verdict == "inconclusive",
-                "no selected detector could judge the run" if r.verdict == "inconclusive" else "the run was judged",
+                inconclusive,
+                "no selected detector could judge the run" if inconclusive else "the run was judged",
+                compared=not inconclusive,
+                reason="inconclusive" if inconclusive else "",
             )
         )
-        ran_base = {code for code in b.detectors if code not in b.skipped}
-        ran_run = {code for code in r.detectors if code not in r.skipped}
         lost = sorted(ran_base - ran_run)
         criteria.append(
             GateCriterion(
@@ -641,10 +710,13 @@ def regression_gate(baseline: ComparedRun, run: ComparedRun, settings: GateSetti
                 f"not run: {', '.join(lost)} ({r.coverage_clause() or 'see its skipped checks'})"
                 if lost
                 else "as on the baseline",
+                compared=not lost,
+                codes=tuple(lost),
+                reason="not_run" if lost else "",
             )
         )
     if level != "never" and "inconclusive" not in (b.verdict, r.verdict):
-        worse = VERDICT_ORDER.index(r.verdict) > VERDICT_ORDER.index(b.verdict)
+        steps_worse = VERDICT_ORDER.index(r.verdict) - VERDICT_ORDER.index(b.verdict)
         criteria.append(
             GateCriterion(
                 "verdict",
@@ -652,16 +724,27 @@ def regression_gate(baseline: ComparedRun, run: ComparedRun, settings: GateSetti
                 b.verdict,
                 r.verdict,
                 "no worse",
-                worse,
-                f"{b.verdict} -> {r.verdict}" if worse else "no worse than the baseline",
+                steps_worse > 0,
+                f"{b.verdict} -> {r.verdict}" if steps_worse > 0 else "no worse than the baseline",
+                improved=steps_worse < 0,
             )
         )
     failing_run = r.failing(level)
-    baseline_worst: dict[tuple[str, tuple[str, ...]], Severity] = {}
+    baseline_worst: dict[FindingKey, Severity] = {}
     for f in b.failing(level):
         baseline_worst[finding_key(f)] = max(f.severity, baseline_worst.get(finding_key(f), f.severity))
+    run_worst: dict[FindingKey, Severity] = {}
+    for f in failing_run:
+        run_worst[finding_key(f)] = max(f.severity, run_worst.get(finding_key(f), f.severity))
     new = tuple(f for f in failing_run if finding_key(f) not in baseline_worst)
     shared = tuple(f for f in failing_run if finding_key(f) in baseline_worst)
+    # The mirror of new and escalated: a baseline finding at the gate level the run has less severe, or not at all,
+    # where its check ran on the run (a check that did not run found nothing: that is no recovery).
+    worst_of: dict[FindingKey, Finding] = {}
+    for f in b.failing(level):
+        if f.severity == baseline_worst[finding_key(f)] and f.code in ran_run:
+            worst_of.setdefault(finding_key(f), f)
+    eased = tuple(f for key, f in worst_of.items() if key not in run_worst or run_worst[key] < f.severity)
     shown = ", ".join(f"{f.code}{_channels(f)}" for f in new) or "none"
     criteria.append(
         GateCriterion(
@@ -672,6 +755,7 @@ def regression_gate(baseline: ComparedRun, run: ComparedRun, settings: GateSetti
             "none new",
             bool(new),
             f"new: {shown}" + (f"; shared: {len(shared)}" if shared else ""),
+            improved=bool(eased),
         )
     )
     # A finding the baseline shares is no regression at the baseline's severity; a worse one is.
@@ -707,6 +791,7 @@ def regression_gate(baseline: ComparedRun, run: ComparedRun, settings: GateSetti
                 limit,
                 run_zero > limit + 1e-12,
                 f"{_signed(run_zero - base_zero, '.1%')} (margin +{settings.zero_advantage_margin:.1%})",
+                improved=run_zero < base_zero - settings.zero_advantage_margin - 1e-12,
             )
         )
     else:
@@ -723,6 +808,8 @@ def regression_gate(baseline: ComparedRun, run: ComparedRun, settings: GateSetti
                 None,
                 one_side,
                 f"not compared: no rollouts in {where}" + (" (counts against the run)" if one_side else ""),
+                compared=False,
+                reason="no_rollouts_" + ("both" if not one_side else "baseline" if base_zero is None else "run"),
             )
         )
     run_rows = {row["channel"]: row for row in r.channel_table()}
@@ -749,6 +836,9 @@ def regression_gate(baseline: ComparedRun, run: ComparedRun, settings: GateSetti
                         if missing
                         else "not compared: the channel has no value now in the run (its reward stopped?)"
                     ),
+                    compared=False,
+                    channel=channel,
+                    reason="no_channel" if missing else "no_value",
                 )
             )
             continue
@@ -763,9 +853,147 @@ def regression_gate(baseline: ComparedRun, run: ComparedRun, settings: GateSetti
                 limit,
                 run_now < limit - 1e-12,
                 f"{_signed(change, '.0%')} (margin -{settings.rel_gain_margin:.0%})",
+                improved=run_now > base_now * (1.0 + settings.rel_gain_margin) + 1e-12,
+                channel=channel,
             )
         )
-    return GateResult(baseline.label, run.label, settings, tuple(criteria), new, shared)
+    severities: dict[FindingKey, tuple[Severity | None, Severity | None]] = {}
+    for side, findings in enumerate((b.findings, r.findings)):
+        for f in findings:
+            pair = list(severities.get(finding_key(f), (None, None)))
+            pair[side] = max(f.severity, pair[side] or f.severity)
+            severities[finding_key(f)] = (pair[0], pair[1])
+    return GateResult(
+        baseline.label,
+        run.label,
+        settings,
+        tuple(criteria),
+        new,
+        shared,
+        escalated_findings=escalated,
+        eased_findings=eased,
+        severities=severities,
+    )
+
+
+# -- the conclusion ---------------------------------------------------------------------------------
+CONCLUSION_VERDICTS = ("worse", "not_cleared", "no_worse", "better")
+"""A run against its baseline: ``worse`` (a measure the gate compared got worse: the gate fails it),
+``not_cleared`` (nothing compared got worse, but something could not be compared, which counts against the run: the
+gate fails it), ``no_worse`` (the gate passes it), ``better`` (the gate passes it, and a measure is better by the
+gate's margin or a finding of the baseline eased)."""
+
+NOT_COMPARED = {
+    "inconclusive": "no selected detector could judge the run",
+    "not_run": "checks that ran on the baseline did not run on the run",
+    "no_rollouts_run": "the run has no rollouts",
+    "no_rollouts_baseline": "the baseline has no rollouts",
+    "no_rollouts_both": "neither run has rollouts",
+    "no_channel": "the run has no channel of this name",
+    "no_value": "the channel has no value now in the run",
+}
+"""Why a gate criterion could not compare (:attr:`GateCriterion.reason`)."""
+
+
+@dataclass(frozen=True)
+class FindingChange:
+    """A finding whose severity the gate weighs differently in the two runs (``None``: the run has none of it)."""
+
+    code: str
+    channels: tuple[str, ...]
+    baseline: Severity | None
+    run: Severity | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "code": self.code,
+            "channels": list(self.channels),
+            "baseline": self.baseline.label if self.baseline is not None else None,
+            "run": self.run.label if self.run is not None else None,
+        }
+
+
+@dataclass(frozen=True)
+class Conclusion:
+    """What the gate says of ``run`` against ``baseline``, measure by measure (:func:`conclude`)."""
+
+    baseline: str
+    run: str
+    verdict: str
+    """One of :data:`CONCLUSION_VERDICTS`."""
+    gate_failed: bool
+    fail_on: str
+    worse: tuple[GateCriterion, ...] = ()
+    """The gate's criteria that it compared and the run failed (past the margin)."""
+    better: tuple[GateCriterion, ...] = ()
+    """Its criteria on which the run is better by the same margin (``improved``)."""
+    not_compared: tuple[GateCriterion, ...] = ()
+    """Its criteria that could not compare (``counts_against``: and that fails the run)."""
+    new_findings: tuple[FindingChange, ...] = ()
+    """At or above ``fail_on`` in the run, not in the baseline (``baseline``: its severity there, below the level)."""
+    escalated_findings: tuple[FindingChange, ...] = ()
+    eased_findings: tuple[FindingChange, ...] = ()
+    """At or above ``fail_on`` in the baseline, less severe or gone in the run."""
+
+    @property
+    def counted_against(self) -> tuple[GateCriterion, ...]:
+        return tuple(c for c in self.not_compared if c.counts_against)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "run": self.run,
+            "verdict": self.verdict,
+            "gate": "fails" if self.gate_failed else "passes",
+            "fail_on": self.fail_on,
+            "worse": [c.measure_dict() for c in self.worse],
+            "better": [c.measure_dict() for c in self.better],
+            "not_compared": [c.measure_dict() for c in self.not_compared],
+            "new_findings": [f.to_dict() for f in self.new_findings],
+            "escalated_findings": [f.to_dict() for f in self.escalated_findings],
+            "eased_findings": [f.to_dict() for f in self.eased_findings],
+        }
+
+
+FINDING_CRITERIA = ("new_findings", "escalated_findings")
+"""Criteria a conclusion words finding by finding (:attr:`Conclusion.new_findings`...), not as one measure."""
+
+
+def conclude(gate: GateResult) -> Conclusion:
+    """The gate's result as a conclusion: which measures got worse or better, what could not be compared, the
+    findings that are new, escalated or eased, and whether the gate fails the run. Nothing is judged again here:
+    every entry is one of the gate's criteria or findings, so ``verdict`` is ``worse`` or ``not_cleared`` exactly
+    when the gate fails."""
+    measures = [c for c in gate.criteria if c.name not in FINDING_CRITERIA]
+    worse = [c for c in measures if c.compared and c.failed]
+    better = [c for c in measures if c.compared and c.improved]
+    not_compared = [c for c in measures if not c.compared]
+
+    def changes(findings: Sequence[Finding]) -> tuple[FindingChange, ...]:
+        keys = dict.fromkeys(finding_key(f) for f in findings)  # a run's two findings of one key: once
+        return tuple(
+            FindingChange(code, channels, *gate.severities.get((code, channels), (None, None)))
+            for code, channels in keys
+        )
+
+    new, escalated = changes(gate.new_findings), changes(gate.escalated_findings)
+    eased = changes(gate.eased_findings)
+    if gate.failed:
+        verdict = "worse" if worse or new or escalated else "not_cleared"
+    else:
+        verdict = "better" if better or eased else "no_worse"
+    return Conclusion(
+        gate.baseline,
+        gate.run,
+        verdict,
+        gate.failed,
+        gate.settings.fail_on,
+        tuple(worse),
+        tuple(better),
+        tuple(not_compared),
+        new,
+        escalated,
+        eased,
+    )
 
 
 def _signed(value: float, spec: str) -> str:

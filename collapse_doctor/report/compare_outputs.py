@@ -34,12 +34,16 @@ def gate_runs(
 
 
 def write_gates(gates: Sequence[GateResult], out: IO[str], *, color: bool | None = None) -> None:
-    """Each gate after a blank line: its verdict and every criterion with its numbers."""
-    from collapse_doctor.report.compare_text import render_gate
+    """Each gate after a blank line: its conclusion (what got worse or better, what could not be compared, whether
+    the gate fails the run), then every criterion with its numbers."""
+    from collapse_doctor.report.compare_text import render_conclusion, render_gate
+    from collapse_doctor.report.text import console_for
 
     for gate in gates:
         out.write("\n")
-        render_gate(gate, out, color=color)
+        console = console_for(out, color)
+        render_conclusion(gate, console)
+        render_gate(gate, console=console)
 
 
 def write_comparison(

@@ -3,16 +3,24 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import textwrap
+from collections.abc import Callable, Sequence
 from typing import IO, Any
 
 from rich.console import Console
 from rich.text import Text
 
-from collapse_doctor.core.findings import VERDICTS, Finding, severity_counts
+from collapse_doctor.core.findings import VERDICTS, Finding, Severity, severity_counts
 from collapse_doctor.core.numbers import pct, share_pct
 from collapse_doctor.core.text_safety import printable
-from collapse_doctor.pipeline.compare import Comparison, GateResult
+from collapse_doctor.pipeline.compare import (
+    Comparison,
+    Conclusion,
+    FindingChange,
+    GateCriterion,
+    GateResult,
+    conclude,
+)
 from collapse_doctor.report.text import _num, _state, _table, console_for
 
 _VERDICT_STYLE = {
@@ -42,6 +50,11 @@ def render_comparison(comparison: Comparison, file: IO[str] | None = None, *, co
     console = console_for(file, color)
     runs = comparison.runs
     letters = [run_letter(i) for i in range(len(runs))]
+    # The answer first: each later run against the first, in the gate's words.
+    for k, conclusion in enumerate(comparison.conclusions, start=1):
+        chunks = conclusion_chunks(conclusion, letters[0], letters[k], gated=bool(comparison.gates))
+        print_conclusion(console, chunks, failed=conclusion.gate_failed)
+    console.print()
     how = "by step" if comparison.align == "step" else "by fraction of training"
     console.print(Text(f"Compare {len(runs)} runs (aligned {how})", style="bold"))
     for letter, run in zip(letters, runs, strict=True):
@@ -230,5 +243,170 @@ def _cell(value: Any, share: bool) -> str:
     if value is None:
         return "-"
     if isinstance(value, float):
-        return pct(value) if share else _num(value, 3)
+        return pct(value) if share else _num(value)
     return printable(value)
+
+
+# -- the conclusion --------------------------------------------------------------------------------
+CHECKS_NAMED = 4
+"""The most checks a conclusion names that did not run on the run (it counts the rest)."""
+
+
+def conclusion_sentence(
+    conclusion: Conclusion, baseline: str, run: str, *, gated: bool = True, number: Callable[[Any], str] = _num
+) -> str:
+    """The conclusion as one sentence, ``run`` and ``baseline`` the names it is shown under (letters, labels):
+    the measures that got worse (or, for ``better``, better) with both values, rounded as in the scan report;
+    what could not be compared, counted against the run as the gate counts it; then what the gate says.
+
+    ``gated``: the gate decides the exit code (``compare --gate``, ``scan --baseline``); otherwise the sentence
+    says what ``--gate`` would do. ``number``: how a rel_gain is shown (the terminal's 2 decimals by default, the
+    page's 2 significant digits there); shares are whole percents.
+    """
+    return " ".join(conclusion_chunks(conclusion, baseline, run, gated=gated, number=number))
+
+
+def conclusion_chunks(
+    conclusion: Conclusion, baseline: str, run: str, *, gated: bool = True, number: Callable[[Any], str] = _num
+) -> list[str]:
+    """:func:`conclusion_sentence` in the pieces a line may break between (one measure each, with its comma)."""
+    worse = [_change(c, number) for c in conclusion.worse] + _findings_changed(conclusion)
+    better = [_change(c, number) for c in conclusion.better] + [_eased(f) for f in conclusion.eased_findings]
+    against = _not_compared([c for c in conclusion.not_compared if c.counts_against], baseline, run)
+    neutral = _not_compared([c for c in conclusion.not_compared if not c.counts_against], baseline, run)
+    clauses: list[tuple[str, list[str]]] = []  # (what leads the clause, its items)
+    if conclusion.verdict == "worse":
+        clauses.append((f"{run} is worse than {baseline}", worse))
+        clauses.append((f"counted against {run}", against))
+        clauses.append(("better", better))
+    elif conclusion.verdict == "not_cleared":
+        counts = "counts" if len(against) == 1 else "count"
+        clauses.append((f"{run} cannot be cleared against {baseline}", [*against, f"which {counts} against {run}"]))
+        clauses.append(("better", better))
+    elif conclusion.verdict == "better":
+        clauses.append((f"{run} is better than {baseline}", better))
+    else:
+        clauses.append((f"{run} is no worse than {baseline} on every measure compared", []))
+    clauses.append(("", neutral))  # not compared on either side: said, held against neither
+    failed = conclusion.gate_failed
+    gate = (
+        f"the gate {'fails' if failed else 'passes'} {run}"
+        if gated
+        else f"--gate would {'fail' if failed else 'pass'} {run}"
+    )
+    chunks: list[str] = []
+    for k, (lead, items) in enumerate(clauses):
+        if not items and k:
+            continue  # a clause with nothing to say, after the head
+        pieces = [f"{lead}: {items[0]}" if lead else items[0], *items[1:]] if items else [lead]
+        chunks += [f"{piece}," for piece in pieces[:-1]] + [f"{pieces[-1]};"]
+    return [*chunks, gate]
+
+
+def print_conclusion(console: Console, chunks: Sequence[str], *, failed: bool) -> None:
+    """The conclusion's chunks (:func:`conclusion_chunks`) wrapped to the console, continuation lines indented,
+    lines broken between measures where they fit."""
+    width = max(40, console.width - 1)
+    lines = [""]
+    for chunk in (printable(c) for c in chunks):
+        line, room = lines[-1], width - (2 if len(lines) > 1 else 0)
+        if len(line) + bool(line) + len(chunk) <= room:
+            lines[-1] = f"{line} {chunk}" if line else chunk
+            continue
+        if line:
+            lines.append("")
+        # A measure longer than a line: wrapped at its spaces (the indent is added below, to every later line).
+        first = "  " if len(lines) > 1 else ""
+        pieces = textwrap.wrap(
+            chunk,
+            width=width,
+            initial_indent=first,
+            subsequent_indent="  ",
+            break_on_hyphens=False,
+            break_long_words=False,
+        )
+        lines[-1:] = [pieces[0][len(first) :], *(p[2:] for p in pieces[1:])]
+    text = "\n".join(lines[:1] + [f"  {line}" for line in lines[1:]])
+    console.print(Text(text, style="bold red" if failed else "bold green"), soft_wrap=True)
+
+
+def _value(measure: str, value: Any, number: Callable[[Any], str]) -> str:
+    if measure == "zero_advantage_share":
+        return pct(value)
+    if measure == "verdict":
+        return VERDICTS.get(str(value), str(value)).lower()
+    return number(value)
+
+
+def _change(change: GateCriterion, number: Callable[[Any], str]) -> str:
+    """``zero-advantage share 3% -> 19%``, ```format` rel_gain 0.75 -> 0.56``, ``verdict healthy -> at risk``."""
+    values = f"{_value(change.name, change.baseline, number)} -> {_value(change.name, change.run, number)}"
+    if change.name == "rel_gain":
+        return f"`{change.channel}` rel_gain {values}"
+    return f"{change.name.replace('_', '-').replace('-share', ' share')} {values}"
+
+
+def _finding(f: FindingChange) -> str:
+    return f.code + (f" ({', '.join(f'`{c}`' for c in f.channels)})" if f.channels else "")
+
+
+def _findings_changed(conclusion: Conclusion) -> list[str]:
+    """``new CD102 and CD104``; one the baseline has below the gate level, or less severe: ``CD104 info -> warning``."""
+    brand_new = [_finding(f) for f in conclusion.new_findings if f.baseline is None]
+    out = [f"new {_and(brand_new)}"] if brand_new else []
+    for f in (*(f for f in conclusion.new_findings if f.baseline is not None), *conclusion.escalated_findings):
+        out.append(f"{_finding(f)} {_severity(f.baseline)} -> {_severity(f.run)}")
+    return out
+
+
+def _eased(f: FindingChange) -> str:
+    if f.run is None:
+        return f"{_finding(f)} gone"
+    return f"{_finding(f)} {_severity(f.baseline)} -> {_severity(f.run)}"
+
+
+def _severity(severity: Severity | None) -> str:
+    return severity.label if severity is not None else "none"
+
+
+def _not_compared(changes: Sequence[GateCriterion], baseline: str, run: str) -> list[str]:
+    """What the gate could not compare, channels of one reason together: ```a` and `b` rel_gain not compared (no
+    such channel in B)``."""
+    out: list[str] = []
+    channels: dict[str, list[str]] = {}
+    for c in changes:
+        if c.name == "rel_gain":
+            channels.setdefault(c.reason, []).append(f"`{c.channel}`")
+        elif c.reason == "inconclusive":
+            out.append(f"{run} could not be judged (inconclusive)")
+        elif c.reason == "not_run":
+            named = ", ".join(c.codes[:CHECKS_NAMED]) + (
+                f", +{len(c.codes) - CHECKS_NAMED} more" if len(c.codes) > CHECKS_NAMED else ""
+            )
+            checks = "check" if len(c.codes) == 1 else "checks"
+            out.append(f"{len(c.codes)} {checks} of {baseline} not run on {run} ({named})")
+        elif c.reason.startswith("no_rollouts"):
+            where = {"no_rollouts_run": run, "no_rollouts_baseline": baseline}.get(c.reason, "either run")
+            out.append(f"zero-advantage share not compared (no rollouts in {where})")
+    why = {"no_channel": f"no such channel in {run}", "no_value": f"no value now in {run}"}
+    for reason, names in channels.items():
+        out.append(f"{_and(names)} rel_gain not compared ({why.get(reason, reason)})")
+    return out
+
+
+def _and(items: Sequence[str]) -> str:
+    """``a, b and c``.
+
+    >>> _and(["a", "b", "c"]), _and(["a"])
+    ('a, b and c', 'a')
+    """
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
+
+
+def render_conclusion(gate: GateResult, console: Console) -> None:
+    """``scan --baseline``: the gate's conclusion first, of "the run" against "the baseline" (the gate's table
+    below names both)."""
+    chunks = conclusion_chunks(conclude(gate), "the baseline", "the run")
+    chunks[0] = chunks[0][:1].upper() + chunks[0][1:]
+    print_conclusion(console, chunks, failed=gate.failed)
+    console.print()

@@ -61,3 +61,55 @@ def test_script_payloads_in_run_labels_and_channels_do_not_run(
         "return Array.from(document.querySelectorAll('.legendtext')).map(t => t.textContent)"
     )
     assert f"A: {path}" in legend
+
+
+FIRST_ON_PAGE = """
+const main = document.querySelector('main');
+const first = main.firstElementChild;
+const lines = Array.from(document.querySelectorAll('#conclusion p.conclusion'));
+const above = Array.from(main.querySelectorAll('section, table, .plot')).filter(
+  el => !el.closest('#conclusion') && el.getBoundingClientRect().top < lines[0].getBoundingClientRect().top);
+return {
+  first: first.id,
+  lines: lines.map(p => ({text: p.innerText, gate: p.dataset.gate, verdict: p.dataset.verdict,
+                          top: p.getBoundingClientRect().top, bottom: p.getBoundingClientRect().bottom})),
+  above: above.map(el => el.id || el.tagName),
+  viewport: [window.innerWidth, window.innerHeight],
+  cells: Array.from(document.querySelectorAll('#runs td.num')).map(td => td.innerText),
+};
+"""
+NUMBER = r"-?\d+(?:\.\d+)?(?:e[+-]\d+)?%?"
+
+
+def _significant(text: str) -> int:
+    digits = text.rstrip("%").lstrip("-").split("e")[0].replace(".", "").lstrip("0")
+    return len(digits)
+
+
+def test_the_conclusion_is_the_first_thing_on_the_page_and_its_numbers_are_rounded(
+    browser: Any, tmp_path: Path
+) -> None:
+    """At 1400x900 the conclusion is in view before scrolling, above every table and chart; every number on it and
+    in the tables has at most 3 significant digits (percents whole), as the scan report shows them."""
+    import re
+
+    runs = [str(ROOT / "sample_logs" / "demo-grpo"), str(ROOT / "sample_logs" / "demo-gdpo")]
+    comparison, inputs = compare_runs(runs, CPU)
+    page = tmp_path / "compare.html"
+    write_comparison_html(page, comparison, inputs=inputs)
+    load(browser, page)
+    browser.execute_script("window.scrollTo(0, 0)")
+    seen = browser.execute_script(FIRST_ON_PAGE)
+    assert seen["viewport"][1] <= 900 and seen["first"] == "conclusion"
+    (line,) = seen["lines"]
+    assert seen["above"] == [] and line["top"] >= 0 and line["bottom"] <= seen["viewport"][1]
+    # The shares test_compare_cli derives from the rollouts the trainers wrote (2.5% and 19.5%), whole percents.
+    assert line["text"].startswith("B is worse than A: zero-advantage share 3% -> 19%")
+    assert line["text"].endswith("--gate would fail B") and (line["gate"], line["verdict"]) == ("fails", "worse")
+    for text in [line["text"], *seen["cells"]]:
+        for number in re.findall(NUMBER, text.replace(",", "")):
+            if number.endswith("%"):
+                assert "." not in number, (number, text)
+            elif "." in number:
+                assert _significant(number) <= 3, (number, text)
+    assert browser.get_screenshot_as_png()  # the first screen, as a reader sees it

@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import subprocess
@@ -13,6 +14,9 @@ from pathlib import Path
 from typing import Any
 
 import jsonschema
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
@@ -289,3 +293,243 @@ def test_the_readme_quotes_the_real_demo_output() -> None:
     assert len(quoted) >= 10
     missing = [line for line in quoted if line not in golden]
     assert not missing, missing
+
+
+# -- the conclusion ------------------------------------------------------------------------------------
+FORMAT_ROW = np.array([0, 0, 0, 0, 1, 1, 1, 1], dtype=np.float32)
+CORRECT_ROW = np.array([0, 0, 0.5, 0.5, 0, 0, 0.5, 0.5], dtype=np.float32)
+"""A group's rewards: `format` spans 1, `correct` 0.5; their totals (0, 0.5, 1, 1.5) never equal the group mean
+(0.75), so no row of such a group has a zero advantage, and no two distinct vectors tie."""
+GROUPS, STEPS = 10, 40
+
+
+def designed_run(path: Path, silent: int, names: tuple[str, str] = ("format", "correct")) -> Path:
+    """``GROUPS`` groups of 8 per step; the first ``silent`` all-fail (every reward 0: constant, zero advantage),
+    the others ``FORMAT_ROW`` / ``CORRECT_ROW``. At every step, so also run-wide and "now": zero-advantage share
+    ``silent / GROUPS``, rel_gain (mean within-group max - min) of the first channel ``(GROUPS - silent) / GROUPS``,
+    of the second half of that."""
+    quiet = np.zeros(8, dtype=np.float32)
+    groups = [g < silent for _ in range(STEPS) for g in range(GROUPS)]
+    table = pa.table(
+        {
+            "step": np.repeat(np.arange(STEPS, dtype=np.int64), GROUPS * 8),
+            "group_id": np.tile(np.repeat(np.arange(GROUPS, dtype=np.int64), 8), STEPS),
+            f"reward/{names[0]}": np.concatenate([quiet if q else FORMAT_ROW for q in groups]),
+            f"reward/{names[1]}": np.concatenate([quiet if q else CORRECT_ROW for q in groups]),
+        }
+    )
+    pq.write_table(table, path)
+    return path
+
+
+def zero_share(silent: int) -> str:
+    return f"{silent / GROUPS:.0%}"
+
+
+def rel_gain(silent: int, span: float = 1.0) -> str:
+    return f"{span * (GROUPS - silent) / GROUPS:.2f}"
+
+
+def conclusion_lines(stdout: str) -> str:
+    """The paragraph the text opens with, its lines joined (a long conclusion wraps)."""
+    return " ".join(line.strip() for line in stdout.split("\n\n", 1)[0].splitlines())
+
+
+@pytest.fixture(scope="module")
+def designed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    out = tmp_path_factory.mktemp("designed")
+    return {
+        "1 silent": str(designed_run(out / "one.parquet", 1)),
+        "1 silent again": str(designed_run(out / "one-again.parquet", 1)),
+        "2 silent": str(designed_run(out / "two.parquet", 2)),
+        "4 silent": str(designed_run(out / "four.parquet", 4)),
+        "format renamed": str(designed_run(out / "renamed.parquet", 1, ("fmt", "correct"))),
+    }
+
+
+@pytest.mark.parametrize(
+    ("baseline", "run", "expected", "exit_code"),
+    [
+        # 1 -> 4 silent groups: share 10% -> 40% (+30 points > 5), rel_gain 0.9 -> 0.6 and 0.45 -> 0.3 (-33% < -25%).
+        (
+            "1 silent",
+            "4 silent",
+            f"B is worse than A: zero-advantage share {zero_share(1)} -> {zero_share(4)}, `format` rel_gain"
+            f" {rel_gain(1)} -> {rel_gain(4)}, `correct` rel_gain {rel_gain(1, 0.5)} -> {rel_gain(4, 0.5)};"
+            " the gate fails B",
+            1,
+        ),
+        # 1 -> 2: +10 points fails; rel_gain 0.9 -> 0.8 is -11%, within the margin: not named.
+        (
+            "1 silent",
+            "2 silent",
+            f"B is worse than A: zero-advantage share {zero_share(1)} -> {zero_share(2)}; the gate fails B",
+            1,
+        ),
+        # 4 -> 1: 30 points fewer (> 5), rel_gain +50% (> +25%): better by the gate's margins.
+        (
+            "4 silent",
+            "1 silent",
+            f"B is better than A: zero-advantage share {zero_share(4)} -> {zero_share(1)}, `format` rel_gain"
+            f" {rel_gain(4)} -> {rel_gain(1)}, `correct` rel_gain {rel_gain(4, 0.5)} -> {rel_gain(1, 0.5)};"
+            " the gate passes B",
+            0,
+        ),
+        (
+            "1 silent",
+            "1 silent again",
+            "B is no worse than A on every measure compared; the gate passes B",
+            0,
+        ),
+        # The same numbers, but `format` is `fmt` in B: not compared, which counts against B.
+        (
+            "1 silent",
+            "format renamed",
+            "B cannot be cleared against A: `format` rel_gain not compared (no such channel in B), which counts"
+            " against B; the gate fails B",
+            1,
+        ),
+    ],
+    ids=["worse", "worse-share-only", "better", "no-worse", "not-comparable"],
+)
+def test_the_conclusion_comes_first_and_follows_the_runs_math(
+    designed: dict[str, str], baseline: str, run: str, expected: str, exit_code: int, tmp_path: Path
+) -> None:
+    result = invoke("compare", designed[baseline], designed[run], "--gate", "--json", str(tmp_path / "cmp.json"))
+    assert result.exit_code == exit_code, result.output
+    assert conclusion_lines(result.stdout) == expected
+    assert result.stdout.split("\n\n", 1)[1].startswith("Compare 2 runs")
+    data = json.loads((tmp_path / "cmp.json").read_text())
+    jsonschema.validate(data, SCHEMA)
+    (entry,) = data["conclusion"]["runs"]
+    assert entry["gate"] == ("fails" if exit_code else "passes") and data["conclusion"]["gated"]
+    # Without --gate: the same conclusion, said as what --gate would do, and exit 0.
+    ungated = invoke("compare", designed[baseline], designed[run])
+    assert ungated.exit_code == 0
+    would = expected.replace("the gate fails B", "--gate would fail B").replace(
+        "the gate passes B", "--gate would pass B"
+    )
+    assert conclusion_lines(ungated.stdout) == would
+
+
+def test_more_than_two_runs_are_each_concluded_against_the_first(designed: dict[str, str]) -> None:
+    runs = [designed[k] for k in ("1 silent", "4 silent", "1 silent again", "format renamed")]
+    result = invoke("compare", *runs, "--gate")
+    assert result.exit_code == 1, result.output  # B and D regressed
+    head = result.stdout.split("\n\n", 1)[0]
+    starts = [line.split(":")[0].split(";")[0] for line in head.splitlines() if not line.startswith("  ")]
+    assert starts == [
+        "B is worse than A",
+        "C is no worse than A on every measure compared",
+        "D cannot be cleared against A",
+    ]
+
+
+def test_the_demo_conclusion_follows_the_rollouts_the_trainer_wrote() -> None:
+    """The expected measures come from the rollout files themselves: the zero-advantage share from the advantages
+    the trainers logged (a group whose advantages span < 1e-4 gives none, else its rows with |A| < 1e-4), rel_gain
+    now from the rewards (per step the mean within-group max - min; the median of the last 10% of steps), and the
+    gate's margins (5 points, 25%) decide which are named."""
+    import glob
+
+    def measured(run: str) -> tuple[float, dict[str, float]]:
+        parts = sorted(glob.glob(str(SAMPLES / run / "rollouts" / "*.parquet")))
+        table = pa.concat_tables([pq.read_table(p) for p in parts])
+        step = table.column("step").to_numpy().reshape(-1, 8)
+        group = table.column("group_id").to_numpy().reshape(-1, 8)
+        assert (step == step[:, :1]).all() and (group == group[:, :1]).all()  # groups of 8, in order
+        adv = table.column("advantage").to_numpy().astype(np.float64).reshape(-1, 8)
+        silent = (adv.max(axis=1) - adv.min(axis=1)) < 1e-4
+        zero = np.where(silent, 8, (np.abs(adv) < 1e-4).sum(axis=1)).sum() / adv.size
+        steps = np.unique(step[:, 0])
+        tail = steps[len(steps) - max(1, len(steps) // 10) :]
+        now = {}
+        for channel in ("format", "correct", "length"):
+            r = table.column(f"reward/{channel}").to_numpy().astype(np.float64).reshape(-1, 8)
+            span = r.max(axis=1) - r.min(axis=1)
+            now[channel] = float(np.median([span[step[:, 0] == s].mean() for s in tail]))
+        return float(zero), now
+
+    (zero_a, now_a), (zero_b, now_b) = measured("demo-grpo"), measured("demo-gdpo")
+    result = invoke("compare", "sample_logs/demo-grpo", "sample_logs/demo-gdpo", "--gate")
+    text = conclusion_lines(result.stdout)
+    assert zero_b - zero_a > 0.05 and f"zero-advantage share {zero_a:.0%} -> {zero_b:.0%}" in text
+    for channel in now_a:
+        worse, better = now_b[channel] < 0.75 * now_a[channel], now_b[channel] > 1.25 * now_a[channel]
+        named = f"`{channel}` rel_gain {now_a[channel]:.2f} -> {now_b[channel]:.2f}"
+        assert (named in text) == (worse or better), (channel, text)
+    assert text.startswith("B is worse than A") and text.endswith("the gate fails B") and result.exit_code == 1
+
+
+SAMPLE_PAIRS = [
+    ("sample_logs/demo-grpo", "sample_logs/demo-gdpo"),
+    ("sample_logs/demo-gdpo", "sample_logs/demo-grpo"),
+    (HEALTHY, SATURATING),
+    (SATURATING, HEALTHY),
+    (HEALTHY, HEALTHY),
+    (HEALTHY, "sample_logs/single-reward.parquet"),
+    (HEALTHY, "sample_logs/collinear.parquet"),
+    (HEALTHY, "sample_logs/trl-tensorboard"),
+    ("sample_logs/trl-tensorboard", HEALTHY),
+    ("sample_logs/tied-sums.parquet", "sample_logs/outlier-groups.parquet"),
+]
+
+
+def test_the_conclusion_says_the_gate_fails_exactly_when_it_exits_1(designed: dict[str, str], tmp_path: Path) -> None:
+    """Every pair, samples and designed runs alike: the text says "the gate fails B" iff `--gate` exits 1 (and
+    "passes" iff 0), and the JSON's conclusion says the same as its gates."""
+    pairs = [*SAMPLE_PAIRS, *itertools.permutations(designed.values(), 2)]
+    outcomes = set()
+    for baseline, run in pairs:
+        out = tmp_path / "cmp.json"
+        result = invoke("compare", baseline, run, "--gate", "--json", str(out))
+        assert result.exit_code in (0, 1), result.output
+        text = conclusion_lines(result.stdout)
+        assert ("the gate fails B" in text) == (result.exit_code == 1), (baseline, run, text)
+        assert ("the gate passes B" in text) == (result.exit_code == 0), (baseline, run, text)
+        data = json.loads(out.read_text())
+        (entry,) = data["conclusion"]["runs"]
+        assert (entry["gate"] == "fails") == data["gates"][0]["failed"] == (result.exit_code == 1)
+        outcomes.add((entry["verdict"], result.exit_code))
+    # The pairs cover every kind of answer.
+    assert outcomes == {("worse", 1), ("not_cleared", 1), ("no_worse", 0), ("better", 0)}
+
+
+def test_scan_baseline_opens_its_gate_with_the_conclusion(designed: dict[str, str]) -> None:
+    result = invoke("scan", designed["4 silent"], "--baseline", designed["1 silent"])
+    assert result.exit_code == 1, result.output
+    gate = result.stdout.split("\n\nThe run is ", 1)[1]
+    first = " ".join(line.strip() for line in ("The run is " + gate).split("\n\n", 1)[0].splitlines())
+    assert first == (
+        f"The run is worse than the baseline: zero-advantage share {zero_share(1)} -> {zero_share(4)}, `format`"
+        f" rel_gain {rel_gain(1)} -> {rel_gain(4)}, `correct` rel_gain {rel_gain(1, 0.5)} -> {rel_gain(4, 0.5)};"
+        " the gate fails the run"
+    )
+    assert gate.index("the gate fails the run") < gate.index("Regression gate (fail-on warning)")
+
+
+def test_the_demo_json_has_the_conclusion_ungated(demo: dict[str, Any]) -> None:
+    block = demo["json"]["conclusion"]
+    assert (block["baseline"], block["gated"]) == ("sample_logs/demo-grpo", False)
+    (entry,) = block["runs"]
+    assert (entry["run"], entry["verdict"], entry["gate"]) == ("sample_logs/demo-gdpo", "worse", "fails")
+    assert demo["json"]["exit_code"] == 0 and demo["json"]["gates"] == []  # concluding is not gating
+
+
+def test_the_docs_quote_the_conclusion_the_demo_prints(demo: dict[str, Any]) -> None:
+    """docs/usage.md quotes the text's first lines, docs/report.md the page's sentence, of the demo comparison."""
+    import html
+    import re
+
+    usage = (ROOT / "docs" / "usage.md").read_text()
+    block = usage.split("$ collapse-doctor compare sample_logs/demo-grpo sample_logs/demo-gdpo\n", 1)[1]
+    quoted = [line.strip() for line in block.split("```", 1)[0].splitlines() if line.strip()]
+    printed = demo["result"].stdout.split("\n\n", 1)[0].splitlines()
+    assert quoted == [line.strip() for line in printed]
+    page = demo["html"].read_text()
+    sentence = re.search(r'<p class="finding conclusion"[^>]*>(.*?)</p>', page)
+    assert sentence is not None
+    on_page = html.unescape(re.sub(r"</?code>", "`", sentence.group(1)))
+    report = (ROOT / "docs" / "report.md").read_text().split("## The comparison page", 1)[1]
+    first = report.split("\n> B is worse", 1)[1].split("\n>\n", 1)[0]
+    assert " ".join(("> B is worse" + first).replace("\n> ", " ").lstrip("> ").split()) == on_page

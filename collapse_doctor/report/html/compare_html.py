@@ -1,6 +1,7 @@
 """The offline HTML page of a comparison (``collapse-doctor compare --html OUT``), in the report's style.
 
-One page: the runs side by side (verdicts, signal budgets, findings by run, gates), then their per-step series
+One page: the conclusion first (each later run against the first, in the regression gate's words), the runs side
+by side (verdicts, signal budgets, findings by run, gates), then their per-step series
 overlaid on shared axes, one colour per run everywhere (rel_gain and signal share per channel, zero-advantage
 share, advantage std, every scalar the runs logged). The report's CSS and script and the embedded plotly.js are
 reused, nothing is fetched; every string from the logs (run labels, channel names, titles) is HTML-escaped, and
@@ -19,9 +20,9 @@ from collapse_doctor.core.findings import VERDICTS, severity_counts
 from collapse_doctor.core.numbers import pct, share_pct
 from collapse_doctor.core.text_safety import printable
 from collapse_doctor.pipeline.compare import ComparedRun, Comparison, run_series
-from collapse_doctor.report.compare_text import run_letter
+from collapse_doctor.report.compare_text import conclusion_sentence, run_letter
 from collapse_doctor.report.html.figures import Chart, Section, base_layout, display_index, esc, numbers, plot_text
-from collapse_doctor.report.html.page import _rich, html_page
+from collapse_doctor.report.html.page import _fmt, _rich, html_page
 
 RUN_COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf", "#7f7f7f")
 """One colour per run, the same on every chart and in the tables."""
@@ -59,12 +60,13 @@ def _trace(comparison: Comparison, k: int, steps: np.ndarray, values: np.ndarray
 
 def _layout(comparison: Comparison, y_title: str, *, percent: bool = False) -> dict[str, Any]:
     x_title = "training step" if comparison.align == "step" else "fraction of training"
-    yaxis: dict[str, Any] = {"title": {"text": plot_text(y_title)}, "zeroline": False}
+    # Hover values rounded as the tables round them: whole percents, else 3 significant digits.
+    yaxis: dict[str, Any] = {"title": {"text": plot_text(y_title)}, "zeroline": False, "hoverformat": ".3g"}
     if percent:
-        yaxis["tickformat"] = ".0%"
+        yaxis["tickformat"] = yaxis["hoverformat"] = ".0%"
     xaxis: dict[str, Any] = {"title": {"text": x_title}}
     if comparison.align == "fraction":
-        xaxis["tickformat"] = ".0%"
+        xaxis["tickformat"] = xaxis["hoverformat"] = ".0%"
     return base_layout(xaxis=xaxis, yaxis=yaxis, hovermode="x unified", margin={"l": 64, "r": 16, "t": 24, "b": 90})
 
 
@@ -195,10 +197,10 @@ def _channels_table(comparison: Comparison) -> str:
             rows.append(
                 f"<tr>{name}<td>{_swatch(k)}{run_letter(k)}</td>"
                 f'<td class="num">{_fmt(row.get("weight"))}</td>'
-                f'<td class="num">{_fmt(row.get("rel_gain_peak"))} -> {_fmt(row.get("rel_gain_now"))}</td>'
+                f'<td class="num">{_fmt(row.get("rel_gain_peak"), 2)} -> {_fmt(row.get("rel_gain_now"), 2)}</td>'
                 f'<td class="num">{esc(share_pct(row.get(f"signal_share_{algo}")))}</td>'
                 f'<td class="num">{esc(pct(row.get("zero_variance_share")))}</td>'
-                f'<td class="num">{_fmt(row.get("reward_mean"))}</td></tr>'
+                f'<td class="num">{_fmt(row.get("reward_mean"), 3)}</td></tr>'
             )
     return (
         '<table><thead><tr><th>channel</th><th>run</th><th class="num">weight</th>'
@@ -206,12 +208,6 @@ def _channels_table(comparison: Comparison) -> str:
         '<th class="num">constant groups</th><th class="num">mean reward</th></tr></thead>'
         f"<tbody>{''.join(rows)}</tbody></table>"
     )
-
-
-def _fmt(value: Any) -> str:
-    if isinstance(value, (int, float)) and np.isfinite(value):
-        return f"{float(value):.3g}"
-    return "-"
 
 
 def _findings_table(comparison: Comparison) -> str:
@@ -271,11 +267,39 @@ def _gates(comparison: Comparison) -> str:
 _RESULT = {True: '<b style="color: var(--critical)">FAILED</b>', False: '<span style="color: var(--ok)">ok</span>'}
 
 
+def _conclusion(comparison: Comparison) -> str:
+    """The answer first: each later run against the first in the gate's words (red where the gate fails it)."""
+    gated = bool(comparison.gates)
+    lines = []
+    for k, conclusion in enumerate(comparison.conclusions, start=1):
+        # Numbers as the page's tables show them (the scan report's page: 2 significant digits for rel_gain).
+        sentence = conclusion_sentence(
+            conclusion, run_letter(0), run_letter(k), gated=gated, number=lambda v: _fmt(v, 2)
+        )
+        color = "var(--critical)" if conclusion.gate_failed else "var(--ok)"
+        lines.append(
+            f'<p class="finding conclusion" data-verdict="{esc(conclusion.verdict)}" '
+            f'data-gate="{"fails" if conclusion.gate_failed else "passes"}" '
+            f'style="border-left-color: {color}; padding-left: 10px; font-size: 15px">{_rich(printable(sentence))}</p>'
+        )
+    names = " &middot; ".join(
+        f"{_swatch(k)}<b>{run_letter(k)}</b> <code>{esc(printable(r.label))}</code>" + (" (baseline)" if not k else "")
+        for k, r in enumerate(comparison.runs)
+    )
+    how = "this gate decides the exit code" if gated else "what <code>--gate</code> would say; compare exits 0"
+    level = esc(comparison.conclusions[0].fail_on) if comparison.conclusions else ""
+    return (
+        f'<section id="conclusion"><h2>Conclusion</h2><div class="card">{"".join(lines)}'
+        f'<p class="muted">{names}<br>Each run against the baseline by the regression gate\'s criteria (fail-on '
+        f"{level}; {how}); what could not be compared counts against the run.</p></div></section>"
+    )
+
+
 def _gate_cell(value: Any, name: str) -> str:
     if value is None:
         return "-"
     if isinstance(value, float):
-        return pct(value) if name == "zero_advantage_share" else f"{value:.3g}"
+        return pct(value) if name == "zero_advantage_share" else _fmt(value, 2)
     return printable(value)
 
 
@@ -290,7 +314,7 @@ def build_comparison_html(comparison: Comparison) -> str:
         "histograms": None,
     }
     how = "by step" if comparison.align == "step" else "by fraction of training"
-    links = ['<a href="#runs">Runs</a>', '<a href="#findings">Findings</a>']
+    links = ['<a href="#conclusion">Conclusion</a>', '<a href="#runs">Runs</a>', '<a href="#findings">Findings</a>']
     links += [f'<a href="#{esc(s.id)}">{esc(s.title)}</a>' for s in sections]
     body = [
         '<header class="top"><div class="inner">'
@@ -298,6 +322,7 @@ def build_comparison_html(comparison: Comparison) -> str:
         f'<div class="muted">aligned {esc(how)}; one colour per run on every chart</div></div></header>',
         f'<nav><div class="inner">{"".join(links)}</div></nav>',
         "<main>",
+        _conclusion(comparison),
         f'<section id="runs"><h2>Runs</h2><div class="card">{_runs_table(comparison)}</div>',
         f'<h2>Channels</h2><div class="card">{_channels_table(comparison)}</div>',
         _gates(comparison),
