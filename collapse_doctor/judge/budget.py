@@ -19,7 +19,8 @@ from collapse_doctor.core.series import RunSeries
 _STEPS = slice(None)
 
 
-def _run_extreme(series: RunSeries, name: str, how: str) -> np.ndarray:
+def run_extreme(series: RunSeries, name: str, how: str) -> np.ndarray:
+    """``[C]`` each channel's largest (``how="max"``) or smallest value of series ``name`` over the run (NaN: none)."""
     values = series[name]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
@@ -33,8 +34,8 @@ def steps_at_extreme(series: RunSeries, how: str) -> np.ndarray:
     value is 0 or less (a reward never earned) and at its ceiling otherwise.
     """
     name = f"reward_{how}"
-    at = series[name] == _run_extreme(series, name, how)[None, :]
-    top, bottom = _run_extreme(series, "reward_max", "max"), _run_extreme(series, "reward_min", "min")
+    at = series[name] == run_extreme(series, name, how)[None, :]
+    top, bottom = run_extreme(series, "reward_max", "max"), run_extreme(series, "reward_min", "min")
     constant = top == bottom
     wrong_side = constant & ((top <= 0) if how == "max" else (top > 0))
     return np.asarray(at & ~wrong_side[None, :])

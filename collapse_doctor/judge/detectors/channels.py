@@ -10,7 +10,7 @@ import numpy as np
 from collapse_doctor.core.findings import ConditionChannel, DropChannel, Remedy, SetRecipe, SetWeight
 from collapse_doctor.core.series import MAX_PAIRED_CHANNELS, PAIRS_CAPPED
 from collapse_doctor.core.smoothing import ratio_to_running_peak
-from collapse_doctor.judge.budget import applies_share, channel_extreme_shares
+from collapse_doctor.judge.budget import applies_share, channel_extreme_shares, run_extreme
 from collapse_doctor.judge.detectors.base import (
     DetectionContext,
     Detector,
@@ -333,11 +333,8 @@ class DominantChannel(Detector):
             c for k, c in enumerate(series.channels) if applies[k] >= STATE_SHARE and ceiling[k] >= STATE_SHARE
         }
         # a gate at 1 on an objective that never reaches 1 would count the loud channel nowhere: not proposed
-        reaches = {
-            c
-            for k, c in enumerate(series.channels)
-            if np.isfinite(series["reward_max"][:, k]).any() and np.nanmax(series["reward_max"][:, k]) >= 1.0
-        }
+        highest = run_extreme(series, "reward_max", "max")
+        reaches = {c for k, c in enumerate(series.channels) if highest[k] >= 1.0}
         objective = next((c for c in drowned if c != channel and c not in at_ceiling and c in reaches), None)
         parts: list[Remedy] = []
         if objective is not None:
