@@ -129,11 +129,13 @@ MIN_SHARD_ROWS = 4 * SCAN_CHUNK_ROWS
 @dataclass(frozen=True)
 class ShardResult:
     """One shard reduced in a worker: per chunk its steps, statistics and the collectors' summaries, plus the
-    reader's counts (NaN rewards, group sizes ...) for the run's warnings."""
+    reader's counts (NaN rewards, group sizes ...) for the run's warnings, and what the task's own pass 1 found
+    (``claim``: the rows and steps it owned, for a shard planned from the footers)."""
 
     chunks: list[tuple[np.ndarray, dict[str, np.ndarray], tuple[Any, ...]]]
     notes: Any
     rows: int
+    claim: Any = None
 
 
 def empty_series(channels: tuple[str, ...]) -> RunSeries:
@@ -153,19 +155,20 @@ def reduce_rollouts(
     """Stream a rollout reader's chunks through the advantage engine and the statistics: per-step series.
 
     The chunks are read ahead on a thread (``chunks``: a :class:`ReadAhead` of ``run.iter_chunks(SCAN_CHUNK_ROWS)`` the
-    caller started earlier, else one started here). With an ``executor`` (Ray) a reader that cuts itself into shards of
-    whole steps (``shards``/``shard``, as :class:`~collapse_doctor.io.rollouts.parquet.ParquetRun` does when its steps
-    are in order) is reduced shard by shard on the executor's workers; the series is assembled here in shard order, as
-    from local chunks.
+    caller started earlier, else one started here). With an ``executor`` (Ray) a reader that plans shards from its
+    footers (``plan_shards``/``step_shard``, as :class:`~collapse_doctor.io.rollouts.parquet.ParquetRun` does) is
+    reduced shard by shard on the executor's workers, each task reading its own steps; the series is assembled here
+    in shard order, as from local chunks. When a task finds the steps out of order the run is reduced here.
     """
     try:
         builder = SeriesBuilder(run.channels, channel_pairs(run.channels))
-        shards = shard_ranges(run, executor.workers) if executor is not None else []
+        shards = planned_shards(run, executor.workers) if executor is not None else []
         if executor is not None and len(shards) > 1 and all(hasattr(c, "summarizer") for c in collectors):
             if chunks is not None:
                 chunks.close()
-            _reduce_shards(run, shards, builder, device, collectors, on_progress, executor)
-            return builder.build()
+                chunks = None
+            if _reduce_shards(run, shards, builder, device, collectors, on_progress, executor):
+                return builder.build()
         if chunks is None:
             chunks = ReadAhead(run.iter_chunks(SCAN_CHUNK_ROWS))
         _reduce_local(run, device, collectors, on_progress, builder, chunks)
@@ -266,13 +269,28 @@ def row_advantages(
     return to_host(adv.grpo).astype(np.float64), to_host(adv.gdpo).astype(np.float64)
 
 
+def shard_rows(run: Any, workers: int) -> int:
+    """Rows per shard of ``run`` for ``workers`` workers: :data:`SHARDS_PER_WORKER` each, :data:`MIN_SHARD_ROWS` at
+    least."""
+    return max(MIN_SHARD_ROWS, -(-run.num_rows // (workers * SHARDS_PER_WORKER)))
+
+
 def shard_ranges(run: Any, workers: int) -> list[tuple[int, int]]:
-    """The row ranges to cut ``run`` into for ``workers`` workers (``[]``: the reader cannot be cut)."""
+    """The row ranges of whole steps to cut ``run`` into for ``workers`` workers, after the reader's pass 1
+    (``shards``; ``[]``: the reader cannot be cut). ``advantages --ray`` cuts by them."""
     shards = getattr(run, "shards", None)
     if shards is None:
         return []
-    per_shard = max(MIN_SHARD_ROWS, -(-run.num_rows // (workers * SHARDS_PER_WORKER)))
-    return list(shards(per_shard))
+    return list(shards(shard_rows(run, workers)))
+
+
+def planned_shards(run: Any, workers: int) -> list[tuple[int, int]]:
+    """The row ranges, on row-group boundaries, to cut ``run`` into for ``workers`` workers from its footers alone
+    (``plan_shards``; ``[]``: the reader cannot be cut): each shard's task finds its own steps."""
+    plan = getattr(run, "plan_shards", None)
+    if plan is None:
+        return []
+    return list(plan(shard_rows(run, workers)))
 
 
 def describe_shard(shard: Any) -> str:
@@ -291,28 +309,45 @@ def _reduce_shards(
     collectors: Sequence[ChunkCollector],
     on_progress: Callable[[int, int], None] | None,
     executor: Executor,
-) -> None:
+) -> bool:
+    """The shards reduced on the executor and merged here in shard order; ``False`` (nothing merged) when their
+    tasks found the steps out of order, so that the run is reduced here instead.
+
+    The results are held until every task has answered: only then is it known that the claims cover the run once,
+    in order (``accept_claims``), and the collectors cannot take back what they absorbed.
+    """
     summarizers = tuple(c.summarizer(run.num_rows) for c in collectors)  # type: ignore[attr-defined]
     work = functools.partial(reduce_shard, device=device, summarizers=summarizers)
-    parts = [run.shard(start, end) for start, end in shards]  # type: ignore[attr-defined]
+    parts = [run.step_shard(start, end) for start, end in shards]  # type: ignore[attr-defined]
+    results: list[ShardResult] = []
     done = 0
     for result in executor.map(work, parts, describe_shard):
         assert isinstance(result, ShardResult)  # errors are raised (no keep_going)
+        results.append(result)
+        done += result.rows
+        if on_progress is not None:
+            on_progress(done, run.num_rows)
+    if not run.accept_claims([r.claim for r in results]):  # type: ignore[attr-defined]
+        return False
+    for result in results:
         for steps, stats, summaries in result.chunks:
             builder.add(steps, stats)
             for collector, summary in zip(collectors, summaries, strict=True):
                 collector.absorb(steps, summary)  # type: ignore[attr-defined]
         run.add_notes(result.notes)  # type: ignore[attr-defined]
-        done += result.rows
-        if on_progress is not None:
-            on_progress(done, run.num_rows)
     run.finish_shards()  # type: ignore[attr-defined]
+    return True
 
 
 def reduce_shard(shard: Any, *, device: str, summarizers: Sequence[Callable[..., Any]] = ()) -> ShardResult:
-    """A worker's part of :func:`reduce_rollouts`: one shard of a run (``ParquetRun.shard``) to its steps'
-    statistics and the collectors' summaries of each chunk."""
+    """A worker's part of :func:`reduce_rollouts`: one shard of a run (``ParquetRun.step_shard``: pass 1 over its
+    rows first, ``claim_steps``; or ``ParquetRun.shard``) to its steps' statistics and the collectors' summaries of
+    each chunk. A shard whose steps are out of order is not reduced: its claim says so."""
     chunks: list[tuple[np.ndarray, dict[str, np.ndarray], tuple[Any, ...]]] = []
+    claim_steps = getattr(shard, "claim_steps", None)
+    claim = claim_steps() if claim_steps is not None else None
+    if claim is not None and not claim.ascending:
+        return ShardResult(chunks=chunks, notes=shard.notes, rows=0, claim=claim)
     first_row = shard.row_range[0]
     with _chunk_workers(device) as workers:
         for stacked, chunk_input, stats in workers.map(
@@ -323,4 +358,4 @@ def reduce_shard(shard: Any, *, device: str, summarizers: Sequence[Callable[...,
             chunks.append((stacked.steps, dict(stats), summaries))
             first_row += len(stacked.rewards)
             del chunk_input
-    return ShardResult(chunks=chunks, notes=shard.notes, rows=first_row - shard.row_range[0])
+    return ShardResult(chunks=chunks, notes=shard.notes, rows=first_row - shard.row_range[0], claim=claim)

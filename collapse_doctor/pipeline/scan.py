@@ -571,7 +571,8 @@ def scan_runs(
         return map_ordered(lambda job: _outcome(*job, hooks), jobs, available_cores())
     from collapse_doctor.engine.cluster import ray_session
 
-    with ray_session(address) as executor:
+    # A run opened here reads its footers only: its shards' tasks read the steps.
+    with ray_session(address) as executor, steps_read_in_tasks():
         if len(jobs) == 1:
             return [_outcome(*jobs[0], hooks, executor)]
         # The progress bar lives here, not in the task; the report's collector (a class) travels.
@@ -612,6 +613,7 @@ class RunsFailed(InputError):
 
 def results_or_raise(outcomes: Sequence[ScanResult | CollapseDoctorError], names: Sequence[str]) -> list[ScanResult]:
     """The results, when every run was scanned; else the one run's error, or :class:`RunsFailed`."""
+    from collapse_doctor.io.rollouts.parquet import steps_read_in_tasks
     failures = [(name, o) for name, o in zip(names, outcomes, strict=True) if isinstance(o, CollapseDoctorError)]
     if not failures:
         return [o for o in outcomes if isinstance(o, ScanResult)]

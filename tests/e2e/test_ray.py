@@ -64,17 +64,27 @@ def _scan_json(args: list[str], tmp_path: Path, name: str) -> tuple[int, dict[st
     return result.exit_code, _without_time(json.loads(out.read_text()))
 
 
-def test_scan_of_shards_equals_the_local_scan(tmp_path: Path) -> None:
-    run = multi_file_run(tmp_path)
-    code, local = _scan_json([str(run)], tmp_path, "local")
-    assert local["findings"], "the run is meant to have findings"
+def test_scan_of_shards_equals_the_local_scan(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Steps straddle the part files and the row groups; the driver reads the footers only (pass 1 over the step
+    column runs in the tasks), and the document is the local scan's exactly, every number to the last bit."""
     from collapse_doctor.io.rollouts.parquet import ParquetRun
 
-    assert len(reduce.shard_ranges(ParquetRun(sorted(run.glob("*.parquet"))), 2)) >= 4  # cut into several
-    code_ray, on_ray = _scan_json([str(run), "--ray"], tmp_path, "ray")
+    run = multi_file_run(tmp_path, straddling=True)
+    files = [str(p) for p in sorted(run.glob("*.parquet"))]
+    code, local = _scan_json(files, tmp_path, "local")
+    assert local["findings"], "the run is meant to have findings"
+    assert len(local["run"]["sources"]) == 3
+    assert len(reduce.planned_shards(ParquetRun(files), 2)) >= 4  # cut into several
+
+    def driver_reads(self: ParquetRun, *args: Any) -> Any:
+        raise AssertionError("the driver read a column")
+
+    with monkeypatch.context() as driver:  # this process only: the tasks run in Ray's worker processes
+        driver.setattr(ParquetRun, "_scan", driver_reads)
+        driver.setattr(ParquetRun, "_batches_between", driver_reads)
+        code_ray, on_ray = _scan_json([*files, "--ray"], tmp_path, "ray")
     assert code_ray == code
-    assert_same(local, on_ray)
-    assert on_ray["findings"] == local["findings"]  # codes, severities, onsets and evidence exactly
+    assert on_ray == local  # codes, severities, onsets, evidence and every per-step number exactly
 
 
 def test_report_collects_the_same_histograms_and_sample(tmp_path: Path) -> None:

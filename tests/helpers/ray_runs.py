@@ -32,17 +32,20 @@ def assert_same(local: Any, on_ray: Any, where: str = "") -> None:
         assert local == on_ray and type(local) is type(on_ray), where
 
 
-def multi_file_run(tmp_path: Path) -> Path:
+def multi_file_run(tmp_path: Path, *, straddling: bool = False) -> Path:
     """A run with findings (a binary format channel decides the advantages over a narrow score) and the
     advantages TRL logged, in three part files whose row groups (700 rows) do not line up with the steps (128
-    rows each), so shards start and end inside row groups."""
+    rows each), so steps straddle row groups and shards start and end inside steps. ``straddling``: the files are
+    cut inside steps too (steps 40 and 86 begin in one file and end in the next; such parts are one run when named
+    together, not as a directory)."""
     table = pq.read_table(dominant_run(tmp_path / "whole.parquet"))
     total = (table.column("reward/format").to_numpy() + table.column("reward/correct").to_numpy()).astype(np.float32)
     table = table.append_column("advantage", pa.array(_trl_advantage(total, 8)))
     (tmp_path / "whole.parquet").unlink()
     root = tmp_path / "parts"
     root.mkdir()
-    cuts = [0, 40 * 128, 86 * 128, table.num_rows]
+    inside = (64, 24) if straddling else (0, 0)  # whole groups of 8 rows into the step
+    cuts = [0, 40 * 128 + inside[0], 86 * 128 + inside[1], table.num_rows]
     for k, (a, b) in enumerate(itertools.pairwise(cuts)):
         pq.write_table(table.slice(a, b - a), root / f"part-{k}.parquet", row_group_size=700)
     return root

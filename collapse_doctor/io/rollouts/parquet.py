@@ -11,6 +11,10 @@ not be sorted. Reading takes two passes over bounded record batches:
 
 Every problem is raised before the first step is handed on, except those only visible per step
 (null group ids), so callers never produce half an output.
+
+On Ray (:func:`steps_read_in_tasks`) the driver reads footers only: :meth:`ParquetRun.plan_shards` cuts the run
+where row groups start, and each shard's task runs pass 1 over its own range (:meth:`ParquetRun.claim_steps`): it
+owns the steps that start in its range and reads ahead past its end to finish the last one.
 """
 
 from __future__ import annotations
@@ -19,7 +23,9 @@ import copy
 import json
 from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import replace
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +38,7 @@ from collapse_doctor.core.batching import StackedChunk, chunk_steps, stack_chunk
 from collapse_doctor.core.errors import InputError, SchemaError
 from collapse_doctor.core.reduction import IngestNotes
 from collapse_doctor.core.schema import (
+    AGGREGATION,
     COMPLETION_LENGTH,
     GROUND_TRUTH_METADATA_KEY,
     GROUP_ID,
@@ -61,6 +68,43 @@ PARQUET_SUFFIXES = (".parquet", ".pq", ".parq")
 _MAGIC = b"PAR1"
 DYNAMIC_WEIGHT_PREFIX = "weight/"
 """Per-row channel weight columns, as ``collapse-doctor retrain --algo gdpo-dynamic`` writes them."""
+
+
+_STEPS_IN_TASKS: ContextVar[bool] = ContextVar("collapse_doctor_steps_in_tasks", default=False)
+
+
+@contextmanager
+def steps_read_in_tasks() -> Iterator[None]:
+    """Runs opened in the block (with ``check_rewards_first=False``) read their footers only: pass 1 is left to
+    the tasks their shards go to (:meth:`ParquetRun.plan_shards`), or runs in this process when something needs
+    the steps here (a local reduction: :meth:`ParquetRun.iter_chunks` reads them first)."""
+    token = _STEPS_IN_TASKS.set(True)
+    try:
+        yield
+    finally:
+        _STEPS_IN_TASKS.reset(token)
+
+
+@dataclass(frozen=True)
+class StepClaim:
+    """What a shard's task found in its planned rows (:meth:`ParquetRun.claim_steps`), for the driver to check that
+    the claims of all shards cover the run once, in order (:meth:`ParquetRun.accept_claims`)."""
+
+    planned: tuple[int, int]
+    """The rows the driver planned, ``[start, end)``: row-group boundaries."""
+    rows: tuple[int, int]
+    """The rows the task owns: from the first row of the first step that starts in ``planned`` to the last row of
+    the last one (past ``planned``'s end when that step goes on); empty when no step starts in ``planned``."""
+    before: int | None
+    """The step of the row before ``planned`` (footer statistics, else read): its rows are the previous shard's."""
+    last_in_range: int | None
+    """The step of ``planned``'s last row; ``None`` when the steps were found out of order."""
+    ascending: bool
+    """Whether the steps never decrease over ``planned``, from the row before it to the row after the last step."""
+    last_rows: dict[int, int] = field(default_factory=dict)
+    """``{step: last row}`` of the owned steps (pass 1's result for them)."""
+    labels: dict[int, str] | None = None
+    """``{step: first aggregation label}`` of the owned steps, when the files have an aggregation column."""
 
 
 def weights_source(channels: Sequence[str], given: Mapping[str, float], stored: Mapping[str, float]) -> str:
@@ -286,6 +330,8 @@ class ParquetRun:
     """
 
     check_rewards_first: bool = True
+    steps_in_tasks: bool = True
+    """Whether pass 1 may be left to shards' tasks (:func:`steps_read_in_tasks`); not for a table held in memory."""
     part_of_run: bool = False
     """A part of a run (a part file the TRL callback writes): that some reward is finite is checked on the whole
     run, not on each part (a judge may return None for every completion of a few steps)."""
@@ -352,7 +398,16 @@ class ParquetRun:
         self.num_rows = 0
         self.sorted_steps = True
         """Whether steps never decrease in reading order (then :meth:`iter_chunks` takes its fast path)."""
-        self._scan()
+        self._labels: dict[str, dict[int, str]] = {}
+        """Step labels the shards' tasks gathered (:meth:`accept_claims`), by column."""
+        self._claim_pending = False
+        if self.steps_in_tasks and not self.check_rewards_first and _STEPS_IN_TASKS.get():
+            self._steps_read = False  # footers only: pass 1 runs in the tasks, or here when first needed
+            self.num_rows = sum(h.metadata.num_rows for h in self._handles)
+            if self.num_rows == 0:
+                self._no_rows()
+        else:
+            self._scan()
 
     def _note_layout(self, group_col: str | None, group_size: int | None) -> None:
         """What the layout leaves unread, for the warnings: an overridden group column, reward columns that only
@@ -373,8 +428,22 @@ class ParquetRun:
             if earlier != index and meta.equals(self._handles[earlier].metadata):
                 self.notes.identical_files.append((str(self.files[earlier]), str(self.files[index])))
 
+    _steps_read = True
+    """Whether pass 1 ran (the steps' last rows and their order are known)."""
+    _claim_pending = False
+    """Whether this is a :meth:`step_shard` whose pass 1 (:meth:`claim_steps`) has not run yet."""
+
+    def read_steps(self) -> None:
+        """Pass 1, if it has not run yet: over the whole run (opened in :func:`steps_read_in_tasks` and then reduced
+        here), or over a :meth:`step_shard`'s rows (:meth:`claim_steps`)."""
+        if self._claim_pending:
+            self.claim_steps()
+        elif not self._steps_read:
+            self._scan()
+
     @property
     def steps(self) -> list[int]:
+        self.read_steps()
         return sorted(self._last_row)
 
     def step_labels(self, column: str) -> dict[int, str] | None:
@@ -382,6 +451,8 @@ class ParquetRun:
         run's first file has no such column; a step with several values keeps its first."""
         if column not in self._handles[0].schema_arrow.names or column in (self.columns.step, self.columns.group):
             return None
+        if column in self._labels:
+            return dict(self._labels[column])
         labels: dict[int, str] = {}
         for _, batch in self._range_batches([self.columns.step, column]):
             pairs = pa.table({"s": batch.column(self.columns.step), "v": pc.cast(batch.column(column), pa.string())})
@@ -409,6 +480,7 @@ class ParquetRun:
     def shards(self, rows: int) -> list[tuple[int, int]]:
         """Row ranges ``[start, end)`` of about ``rows`` rows that cut only where a step ends, covering the run in
         order; ``[]`` when the steps are not in ascending order (a step's rows may then be anywhere)."""
+        self.read_steps()
         if not self.sorted_steps:
             return []
         ends = np.array(sorted(self._last_row.values()), dtype=np.int64) + 1
@@ -419,6 +491,185 @@ class ParquetRun:
             out.append((start, end))
             start = end
         return out
+
+    def plan_shards(self, rows: int) -> list[tuple[int, int]]:
+        """Row ranges ``[start, end)`` of at least ``rows`` rows (the last one: the rest, if at least half as many,
+        else it joins the one before) that start and end where a row group does, covering the run in order, from
+        the footers alone: no column is read. Each range goes to a task as :meth:`step_shard`, which finds its own
+        steps. ``[]`` when the footers' step statistics (or pass 1, if it ran) show steps out of order."""
+        if self._steps_read and not self.sorted_steps:
+            return []
+        bounds: list[int] = []
+        offset = 0
+        highest: int | None = None
+        for handle in self._handles:
+            meta = handle.metadata
+            for g in range(meta.num_row_groups):
+                count = meta.row_group(g).num_rows
+                if not count:
+                    continue
+                low, high = self._group_steps(meta, g)
+                if low is not None and highest is not None and low < highest:
+                    return []  # a row group starts below where an earlier one reached: not in ascending order
+                highest = high if high is not None else highest
+                offset += count
+                bounds.append(offset)
+        out: list[tuple[int, int]] = []
+        start = 0
+        for end in bounds:
+            if end - start >= rows:
+                out.append((start, end))
+                start = end
+        if start < offset:
+            if out and offset - start < rows // 2:
+                out[-1] = (out[-1][0], offset)
+            else:
+                out.append((start, offset))
+        return out
+
+    def _group_steps(self, meta: pq.FileMetaData, group: int) -> tuple[int | None, int | None]:
+        """The lowest and highest step of a row group from its footer statistics (``None`` where not told)."""
+        names = meta.schema.names
+        if self.columns.step not in names:
+            return None, None
+        stats = meta.row_group(group).column(names.index(self.columns.step)).statistics
+        if stats is None or not stats.has_min_max:
+            return None, None
+
+        def whole(value: Any) -> int | None:
+            if isinstance(value, bool) or not isinstance(value, int | float) or value != value:
+                return None
+            return int(value) if float(value).is_integer() else None
+
+        return whole(stats.min), whole(stats.max)
+
+    def step_shard(self, start: int, end: int) -> ParquetRun:
+        """This run's rows ``[start, end)`` (from :meth:`plan_shards`) for a task that runs pass 1 over them itself
+        (:meth:`claim_steps`, which :meth:`iter_chunks` calls first): picklable, with counts of its own, like
+        :meth:`shard`."""
+        part = self.shard(start, end)
+        part._claim_pending = True
+        part._last_row = {}
+        return part
+
+    def claim_steps(self) -> StepClaim | None:
+        """In a task, pass 1 over a :meth:`step_shard`'s planned rows: it owns the steps that start there and reads
+        the step column past the range's end until its last step ends. The rows of the step the range opens with,
+        if that step started before it (the step of the row before: footer statistics, else read), are the
+        previous shard's. ``None`` for a part that has nothing to claim (a :meth:`shard` cut after pass 1)."""
+        if not self._claim_pending:
+            return None
+        self._claim_pending = False
+        start, end = self._rows
+        assert end is not None
+        label = AGGREGATION if self._has_labels() else None
+        before = self._step_before(start) if start > 0 else None
+        steps, labels = self._steps_between(start, end, label)
+        ascending = bool(np.all(steps[1:] >= steps[:-1])) and (before is None or not len(steps) or steps[0] >= before)
+        if not ascending or not len(steps):
+            self._rows = (start, start)
+            self.sorted_steps = False
+            self._steps_read = True
+            return StepClaim((start, end), (start, start), before, None, False)
+        skip = int(np.searchsorted(steps, before, side="right")) if before is not None else 0
+        last_step = int(steps[-1])
+        first, stop, ahead = start + skip, start + skip, True
+        last_rows: dict[int, int] = {}
+        if skip < len(steps):
+            stop, ahead, tail_labels = self._step_end(end, last_step, label)
+            own = steps[skip:]
+            ends = np.append(np.flatnonzero(own[1:] != own[:-1]), len(own) - 1)
+            last_rows = dict(zip(own[ends].tolist(), (first + ends).tolist(), strict=True))
+            last_rows[last_step] = stop - 1
+            if labels is not None:
+                owned = {s: v for s, v in labels.items() if before is None or s > before}
+                for step, value in (tail_labels or {}).items():
+                    owned.setdefault(step, value)
+                labels = owned
+        self._rows = (first, stop)
+        self._last_row = last_rows
+        self.sorted_steps = ascending and ahead
+        self._steps_read = True
+        return StepClaim((start, end), (first, stop), before, last_step, self.sorted_steps, last_rows, labels)
+
+    def accept_claims(self, claims: Sequence[StepClaim]) -> bool:
+        """In the driver, the claims of every shard of :meth:`plan_shards`, in order: whether they cover the run
+        once, in order, with steps ascending (then pass 1's result and the step labels are taken from them, as if
+        pass 1 had run here); ``False`` when a task found steps out of order (the run is then reduced here)."""
+        position, previous = 0, None
+        for k, claim in enumerate(claims):
+            if (
+                not claim.ascending
+                or (k and claim.before != previous)
+                or claim.planned[0] != (claims[k - 1].planned[1] if k else 0)
+            ):
+                return False
+            first, stop = claim.rows
+            if first < stop:
+                if first != position:
+                    return False
+                position = stop
+            previous = claim.last_in_range
+        if position != self.num_rows:
+            return False
+        self._last_row = {}
+        labels: dict[int, str] = {}
+        for claim in claims:
+            self._last_row.update(claim.last_rows)
+            for step, value in (claim.labels or {}).items():
+                labels.setdefault(step, value)
+        if self._has_labels():
+            self._labels[AGGREGATION] = labels
+        self.sorted_steps = True
+        self._steps_read = True
+        return True
+
+    def _has_labels(self) -> bool:
+        names = self._handles[0].schema_arrow.names
+        return AGGREGATION in names and AGGREGATION not in (self.columns.step, self.columns.group)
+
+    def _step_before(self, row: int) -> int:
+        """The step of row ``row - 1``: the highest step of the row group it ends (its footer), else read."""
+        offset = 0
+        for handle in self._handles:
+            meta = handle.metadata
+            for g in range(meta.num_row_groups):
+                offset += meta.row_group(g).num_rows
+                if offset == row:
+                    high = self._group_steps(meta, g)[1]
+                    if high is not None:
+                        return high  # the last row's step when the group is in order, which its task checks
+        steps, _ = self._steps_between(row - 1, row, None)
+        return int(steps[-1])
+
+    def _steps_between(self, start: int, end: int, label: str | None) -> tuple[np.ndarray, dict[int, str] | None]:
+        """The steps of rows ``[start, end)`` (validated), and the first label of each step when ``label``."""
+        cols = self.columns
+        parts: list[np.ndarray] = []
+        labels: dict[int, str] | None = {} if label else None
+        for path, batch in self._batches_between(start, end, [cols.step, *([label] if label else [])]):
+            steps = _step_values(batch.column(cols.step), path, cols.step)
+            parts.append(steps)
+            if labels is not None and label is not None:
+                _first_labels(steps, batch.column(label), labels)
+        return (np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)), labels
+
+    def _step_end(self, row: int, step: int, label: str | None) -> tuple[int, bool, dict[int, str] | None]:
+        """Where ``step``, whose rows run up to ``row``, ends: the first row from ``row`` on with another step (the
+        run's end if none); whether that next step is higher; the step's first label among those rows."""
+        cols = self.columns
+        position = row
+        labels: dict[int, str] | None = {} if label else None
+        for path, batch in self._batches_between(row, None, [cols.step, *([label] if label else [])]):
+            steps = _step_values(batch.column(cols.step), path, cols.step)
+            other = np.flatnonzero(steps != step)
+            cut = int(other[0]) if len(other) else len(steps)
+            if labels is not None and label is not None and cut:
+                _first_labels(steps[:cut], batch.column(label).slice(0, cut), labels)
+            if len(other):
+                return position + cut, bool(steps[cut] > step), labels
+            position += len(steps)
+        return position, True, labels
 
     @property
     def row_range(self) -> tuple[int, int]:
@@ -466,15 +717,23 @@ class ParquetRun:
     def _range_batches(self, columns: list[str]) -> Iterator[tuple[Path, pa.RecordBatch]]:
         """``(file, record batch)`` of ``columns`` over the rows of :attr:`_rows`, in order: files and row groups
         outside the range are not read, batches at its edges are sliced."""
-        start, end = self._rows
+        return self._batches_between(*self._rows, columns)
+
+    def _batches_between(
+        self, start: int, end: int | None, columns: list[str]
+    ) -> Iterator[tuple[Path, pa.RecordBatch]]:
+        """``(file, record batch)`` of ``columns`` over rows ``[start, end)`` (``end`` None: to the last row)."""
+        if end is not None and end <= start:
+            return
         whole = start == 0 and end is None
+        if end is None:
+            end = sum(h.metadata.num_rows for h in self._handles)
         offset = 0
         for path, handle in zip(self.files, self._handles, strict=True):
             meta = handle.metadata
             if whole:
                 yield from ((path, b) for b in _iter_batches(handle, path, columns, self._unify))
                 continue
-            assert end is not None
             if offset >= end or offset + meta.num_rows <= start:
                 offset += meta.num_rows
                 continue
@@ -532,14 +791,18 @@ class ParquetRun:
                     self._last_row.update(zip(unique.tolist(), last.tolist(), strict=True))
                 offset += len(steps)
         self.num_rows = offset
+        self._steps_read = True
         if inf_rows:
             channel, count = inf_rows.most_common(1)[0]
             self._infinite_rewards(channel, count, inf_file[channel])
         if self.num_rows == 0:
-            names = ", ".join(str(f) for f in self.files[:3])
-            raise InputError(f"{names}: the input has no rows", hint="point at a run that logged rollouts")
+            self._no_rows()
         if early:
             self._check_some_reward()
+
+    def _no_rows(self) -> None:
+        names = ", ".join(str(f) for f in self.files[:3])
+        raise InputError(f"{names}: the input has no rows", hint="point at a run that logged rollouts")
 
     def _check_some_reward(self) -> None:
         """A run whose every reward is NaN has nothing to judge: an error, not a healthy verdict."""
@@ -589,6 +852,7 @@ class ParquetRun:
 
     def iter_steps(self) -> Iterator[RolloutBatch]:
         """Pass 2: yield each step's rollouts as soon as its last row has been read."""
+        self.read_steps()
         cols = self.columns
         read = cols.source_columns
         pending: dict[int, list[tuple[np.ndarray, pa.RecordBatch]]] = {}
@@ -616,6 +880,7 @@ class ParquetRun:
         With steps in ascending order (the usual layout) a chunk is cut straight from the record batches,
         with no per-step work; otherwise steps are assembled one by one and stacked.
         """
+        self.read_steps()
         if not self.sorted_steps:
             for batches in chunk_steps(self.iter_steps(), max_rows):
                 yield stack_chunk(batches)
@@ -766,6 +1031,19 @@ class ParquetRun:
         prompts = table.column(cols.prompt).combine_chunks()
         index = dense_codes(prompts)
         return pa.array(index), index
+
+
+def _first_labels(steps: np.ndarray, values: pa.Array, labels: dict[int, str]) -> None:
+    """Add each step's first non-null label (as text) among these rows to ``labels`` (a step already there keeps
+    its own), as :meth:`ParquetRun.step_labels` reads them."""
+    present = np.flatnonzero(np.asarray(pc.is_valid(values).to_numpy(zero_copy_only=False)))
+    if not len(present):
+        return
+    unique, first = np.unique(steps[present], return_index=True)
+    texts = pc.cast(values, pa.string()).take(pa.array(present[first])).to_pylist()
+    for step, text in zip(unique.tolist(), texts, strict=True):
+        if text is not None:
+            labels.setdefault(int(step), text)
 
 
 def _group_runs(keys: pa.Array, step_starts: np.ndarray, step_index: np.ndarray) -> np.ndarray:

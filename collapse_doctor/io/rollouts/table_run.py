@@ -24,6 +24,8 @@ class TableRun(ParquetRun):
     """A :class:`ParquetRun` over an in-memory table; ``files`` names the directory it came from, ``sources``
     the files. Its ``dynamic_weight_channels`` come from the table's ``weight/<channel>`` columns, if any."""
 
+    steps_in_tasks = False
+    """Pass 1 runs here: the table lives in this process only."""
     step_digests: dict[int, str]
     """``{step: digest}`` of what an adapter read per step (TRL: one completions table per step), for
     :func:`collapse_doctor.core.reduction.without_reused_steps`; empty when the adapter gives none."""
@@ -64,6 +66,10 @@ class TableRun(ParquetRun):
 
     def shards(self, rows: int) -> list[tuple[int, int]]:
         """None: a trainer layout read whole is small, and its table lives in this process only."""
+        return []
+
+    def plan_shards(self, rows: int) -> list[tuple[int, int]]:
+        """None, as :meth:`shards`."""
         return []
 
     def _reopen(self) -> list[pq.ParquetFile]:

@@ -93,3 +93,26 @@ def test_an_in_memory_table_run_is_reduced_where_it_was_read(tmp_path: Path) -> 
     assert run.shards(64) == []
     again = pickle.loads(pickle.dumps(run))
     assert _concat(list(again.iter_chunks(1000)), "steps").tolist() == list(range(10))
+
+
+def test_shards_planned_from_the_footers_read_no_column(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """On Ray the driver opens the run and plans its shards from the footers: row-group boundaries (300-row groups
+    in a.parquet, 256 in b.parquet), at least 700 rows each, the rest joined to the last; its tasks read the steps."""
+    from collapse_doctor.io.rollouts import parquet
+    from collapse_doctor.io.rollouts.parquet import steps_read_in_tasks
+
+    _run(tmp_path)  # writes the files
+
+    def no_reading(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a column was read")
+
+    monkeypatch.setattr(parquet, "_iter_batches", no_reading)
+    with steps_read_in_tasks():
+        run = ParquetRun([tmp_path / "a.parquet", tmp_path / "b.parquet"], check_rewards_first=False)
+    assert run.num_rows == 2560
+    assert run.plan_shards(700) == [(0, 900), (900, 1768), (1768, 2560)]
+    table = pa.table({"step": [3, 3, 1, 1], "reward/a": [1.0, 0.0, 1.0, 0.0], "group_id": [0, 0, 0, 0]})
+    pq.write_table(table, tmp_path / "backwards.parquet", row_group_size=2)
+    with steps_read_in_tasks():
+        backwards = ParquetRun([tmp_path / "backwards.parquet"], check_rewards_first=False)
+    assert backwards.plan_shards(1) == []  # the footers show a later row group starting lower: reduced locally
