@@ -72,7 +72,7 @@ RunOption = Annotated[
 ]
 AlgoOption = Annotated[
     str,
-    typer.Option("--algo", help="Aggregation the run used: auto (from logged advantages), grpo or gdpo."),
+    typer.Option("--algo", help="Estimator the run used: auto (from logged advantages) or a verl adv_estimator name."),
 ]
 FailOnOption = Annotated[
     str | None,

@@ -45,6 +45,8 @@ class StackedChunk:
     completion_cut: np.ndarray | None = None
     """``[N]`` float64 1.0 cut at the length cap, 0.0 ended on its own, NaN unknown; None without a flag."""
     completion_cut_rule: float = CUT_BY_FLAG
+    completion_tokens: bool = False
+    """Whether ``completion_lengths`` count tokens (token-weighted estimators need them), not characters."""
     """How :attr:`completion_cut` was told (``cut_rule`` values of :mod:`collapse_doctor.core.series`)."""
 
     def tensors(self, channels: Sequence[str], weights: Mapping[str, float], device: str):  # type: ignore[no-untyped-def]
@@ -90,6 +92,7 @@ def stack_chunk(chunk: list[RolloutBatch]) -> StackedChunk:
         completion_lengths=_stacked_floats([b.completion_lengths for b in chunk], sizes),
         completion_cut=_stacked_floats([b.completion_cut for b in chunk], sizes),
         completion_cut_rule=chunk[0].completion_cut_rule,  # one reader, one rule for every step
+        completion_tokens=all(b.completion_tokens for b in chunk),
     )
 
 

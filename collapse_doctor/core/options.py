@@ -8,11 +8,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from collapse_doctor.core.errors import UsageError
+from collapse_doctor.core.estimators import ALGORITHMS as ESTIMATOR_ALGORITHMS
 
 if TYPE_CHECKING:
     from collapse_doctor.core.config import Config
 
-ALGORITHMS = ("auto", "grpo", "gdpo")
+ALGORITHMS = ("auto", *ESTIMATOR_ALGORITHMS)
 
 
 @dataclass(frozen=True)

@@ -149,6 +149,8 @@ class RunReduction:
     dynamic_weight_channels: tuple[str, ...] = ()
     step_labels: Mapping[int, str] = field(default_factory=dict)
     """``{step: aggregation}`` from the rollouts' ``aggregation`` column (a hybrid switch); empty without one."""
+    step_active: Mapping[int, str] = field(default_factory=dict)
+    """``{step: "a,b"}`` from the rollouts' ``active_channels`` column (``channel_start``); empty without one."""
     ground_truth: dict[str, Any] | None = None
     device: str = "cpu"
     step_digests: Mapping[int, str] = field(default_factory=dict)
@@ -206,6 +208,7 @@ def merge_reductions(parts: Sequence[RunReduction]) -> RunReduction | None:
         logged_advantage=all(p.logged_advantage for p in parts),
         dynamic_weight_channels=tuple(dict.fromkeys(c for p in parts for c in p.dynamic_weight_channels)),
         step_labels={step: label for p in parts for step, label in p.step_labels.items()},
+        step_active={step: active for p in parts for step, active in p.step_active.items()},
         ground_truth=first.ground_truth,
         device=first.device,
         step_digests={step: digest for p in parts for step, digest in p.step_digests.items()},

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from collapse_doctor.core.config import Config
+from collapse_doctor.core.estimators import has_group_baseline, is_sparse
 from collapse_doctor.core.findings import Finding, exit_code, failing, plain
 from collapse_doctor.core.numbers import pct
 
@@ -117,6 +118,8 @@ class RunSummary:
 
 REQUIREMENTS = {
     "rollouts": "needs rollouts; the input is a scalar log only",
+    "group_baseline": "needs an estimator with a group baseline; under the run's (REINFORCE++: a batch baseline) a "
+    "group of equal rewards still gets advantages",
     "channel_series": "needs rollouts, or the per-channel series CollapseDoctorCallback logs (collapse_doctor/"
     "dominance/<channel> and the others, docs/usage.md); the input is a scalar log without them",
     "logged_advantage": "needs a logged 'advantage' column",
@@ -261,6 +264,12 @@ def signal_sentence(signal: Mapping[str, Any] | None) -> str:
     """
     if signal is None:
         return "no rollouts: the signal budget needs them"
+    estimator = signal.get("estimator")
+    if estimator and not has_group_baseline(str(estimator)):
+        return (
+            f"no group is silent by its rewards alone under {str(estimator).upper()} (a batch baseline); under GRPO "
+            f"{pct(signal['zero_advantage_rollout_share'])} of rollouts would give no gradient"
+        )
     causes = signal.get("silent_causes") or {}
     repeated = causes.get("identical_completions")
     if repeated:
@@ -272,7 +281,10 @@ def signal_sentence(signal: Mapping[str, Any] | None) -> str:
         split = (
             f"{pct(signal['all_pass_group_share'])} of groups all-pass, {pct(signal['all_fail_group_share'])} all-fail"
         )
-    return (
+    sentence = (
         f"{pct(signal['zero_advantage_rollout_share'])} of rollouts gave no gradient under "
-        f"{str(signal['algorithm']).upper()} ({split})"
+        f"{str(estimator or signal['algorithm']).upper()} ({split})"
     )
+    if estimator and is_sparse(str(estimator)):
+        sentence += "; besides, pass@k gives 0 to every rollout but each group's best by design"
+    return sentence

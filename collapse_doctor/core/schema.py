@@ -36,6 +36,9 @@ STEP = "step"
 GROUP_ID = "group_id"
 ADVANTAGE = "advantage"
 AGGREGATION = "aggregation"
+ACTIVE_CHANNELS = "active_channels"
+"""The per-rollout column of the channels a step trained with (``collapse-doctor retrain``'s ``channel_start``: a
+comma-separated list); the others had weight 0 there."""
 """Optional per-row column: the aggregation the trainer used at the row's step (``grpo``, ``gdpo``,
 ``gdpo-dynamic``; collapse-doctor retrain writes it). A run whose steps change it (a hybrid GRPO -> GDPO switch)
 is judged phase by phase, each under its own aggregation."""
@@ -451,6 +454,8 @@ class RolloutBatch:
     unknown: the ``truncated`` column, else the token lengths against ``--max-completion-length``. None without
     either."""
     completion_cut_rule: float = CUT_BY_FLAG
+    completion_tokens: bool = False
+    """Whether ``completion_lengths`` count tokens (a ``completion_length`` column), not a text's characters."""
     """How :attr:`completion_cut` was told (``cut_rule`` values of :mod:`collapse_doctor.core.series`)."""
 
     @property

@@ -14,6 +14,8 @@ from typing import Any, Literal, TypeVar
 
 import numpy as np
 
+from collapse_doctor.core.estimators import ESTIMATORS
+
 PAIR_SEPARATOR = "|"
 RECOMPUTATIONS: dict[str, str] = {
     "grpo": "GRPO (group std)",
@@ -218,6 +220,21 @@ _CATALOGUE = (
     SeriesSpec("logged_mae_gdpo", "run", f"Mean |logged - recomputed {_GDPO} advantage|."),
     SeriesSpec("logged_mae_grpo_batch", "run", "Mean |logged - GRPO advantage scaled by the step's std|."),
     SeriesSpec("logged_mae_grpo_none", "run", "Mean |logged - GRPO advantage without scaling (total - group mean)|."),
+    *(
+        SeriesSpec(f"logged_mae_{spec.key}", "run", f"Mean |logged - {spec.label} advantage| ({spec.source}).")
+        for spec in ESTIMATORS
+        if spec.key not in RECOMPUTATIONS
+    ),
+    *(
+        SeriesSpec(
+            f"logged_shape_mae_{spec.key}",
+            "run",
+            f"Without {', '.join(spec.needs)}: mean |logged - best fit of the {spec.label} advantage up to what the "
+            "missing column decides| (NaN where it is recomputed exactly).",
+        )
+        for spec in ESTIMATORS
+        if spec.needs
+    ),
     # weight fit (logged advantage)
     SeriesSpec("wfit_grpo_diag", "channel", "Diagonal of sum over groups of D^T (I - P_A) D (D: centred rewards)."),
     SeriesSpec("wfit_grpo_off", "pair", "Off-diagonal entries of that GRPO weight-fit matrix."),

@@ -236,7 +236,11 @@ def engine_chunk(
 
     num_steps = len(stacked.steps)
     completions = CompletionRows.of(
-        stacked.completion_codes, stacked.completion_lengths, stacked.completion_cut, stacked.completion_cut_rule
+        stacked.completion_codes,
+        stacked.completion_lengths,
+        stacked.completion_cut,
+        stacked.completion_cut_rule,
+        stacked.completion_tokens,
     )
     if device == "cpu":
         g = dense_layout(stacked.rewards, stacked.group_index, stacked.num_groups, stacked.step_index, num_steps)

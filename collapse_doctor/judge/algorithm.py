@@ -9,9 +9,10 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from collapse_doctor.core.estimators import ESTIMATOR_OF, ESTIMATORS
 from collapse_doctor.core.result import Phase
 from collapse_doctor.core.schema import DYNAMIC_WEIGHTS_SOURCE
-from collapse_doctor.core.series import RECOMPUTATIONS, RunSeries
+from collapse_doctor.core.series import RunSeries
 
 ALGO_MATCH_MAE = 0.01
 """Logged advantages within this mean absolute difference of a recomputation identify the algorithm."""
@@ -22,7 +23,7 @@ SCALE_OF = {"grpo": "group", "grpo_batch": "batch", "grpo_none": "none"}
 def detect_algorithm(series: RunSeries, algo: str, dynamic_weight_channels: Sequence[str] = ()) -> tuple[str, str]:
     """(algorithm, how it was decided): ``--algo``, else the logged advantages, else dynamic-weight columns.
 
-    >>> from collapse_doctor.core.series import RECOMPUTATIONS, RunSeries
+    >>> from collapse_doctor.core.series import RunSeries
     >>> detect_algorithm(RunSeries(np.arange(3), ("a",), []), "auto", ("a",))
     ('gdpo', 'dynamic channel weights: weight/ columns for a')
     """
@@ -39,30 +40,99 @@ def _from_logged(series: RunSeries, algo: str) -> tuple[str, str]:
         return algo, "--algo"
     if "logged_mae_grpo" not in series:
         return "unknown", "no logged advantage column"
-    match, detail = match_logged({name: float(np.nanmean(series[f"logged_mae_{name}"])) for name in RECOMPUTATIONS})
+    match, detail = match_logged(logged_mae(series), logged_mae(series, "logged_shape_mae_"))
     if match is None:
         return "unknown", detail
-    return ("gdpo" if match == "gdpo" else "grpo"), detail
+    return ESTIMATOR_OF[match].algorithm, detail
 
 
-def match_logged(mae: Mapping[str, float]) -> tuple[str | None, str]:
-    """The recomputation (a :data:`~collapse_doctor.core.series.RECOMPUTATIONS` name) the logged advantages match,
+def matches_both(series: RunSeries) -> bool:
+    """Whether the logged advantages match a GRPO and a GDPO estimator alike (within :data:`ALGO_MATCH_MAE`): they
+    cannot tell the two apart (e.g. one channel constant within every group, where GDPO's fused sum is GRPO's
+    z-score up to the batch scale).
+
+    >>> from collapse_doctor.core.series import RunSeries
+    >>> s = RunSeries(np.arange(2), ("a",), [], {"logged_mae_grpo": np.zeros(2), "logged_mae_gdpo": np.full(2, .004)})
+    >>> matches_both(s)
+    True
+    """
+    mae = logged_mae(series)
+    matched = {ESTIMATOR_OF[key].family for key, value in mae.items() if np.isfinite(value) and value <= ALGO_MATCH_MAE}
+    return {"grpo", "gdpo"} <= matched
+
+
+def logged_mae(series: RunSeries, prefix: str = "logged_mae_") -> dict[str, float]:
+    """The run's mean |logged - recomputed| under each estimator of the catalogue the scan compared (NaN: the
+    estimator could not be recomputed, a column it needs is missing); with ``prefix="logged_shape_mae_"``, the same
+    for the token-weighted estimators up to what their missing lengths decide."""
+    out = {}
+    for spec in ESTIMATORS:
+        name = f"{prefix}{spec.key}"
+        if name in series:
+            values = np.asarray(series[name], dtype=np.float64)
+            out[spec.key] = float(np.nanmean(values)) if bool(np.isfinite(values).any()) else float("nan")
+    return out
+
+
+def unchecked(mae: Mapping[str, float]) -> dict[str, tuple[str, ...]]:
+    """The estimators that could not be compared, by the column they need (``{"completion_length": ("opo", ...)}``).
+
+    >>> unchecked({"grpo": 0.2, "opo": float("nan"), "gpg": 0.1})
+    {'completion_length': ('opo',)}
+    """
+    missing: dict[str, list[str]] = {}
+    for key, value in mae.items():
+        spec = ESTIMATOR_OF[key]
+        if not np.isfinite(value) and spec.needs:
+            for column in spec.needs:
+                missing.setdefault(column, []).append(key)
+    return {column: tuple(keys) for column, keys in missing.items()}
+
+
+def match_shape(shapes: Mapping[str, float]) -> str | None:
+    """The token-weighted estimator whose fit up to the missing token counts is closest and within
+    :data:`ALGO_MATCH_MAE`, or None.
+
+    >>> match_shape({"opo": 0.004, "reinforce_plus_plus": float("nan")})
+    'opo'
+    """
+    fits = [spec.key for spec in ESTIMATORS if np.isfinite(shapes.get(spec.key, np.nan))]
+    best = min(fits, key=lambda k: shapes[k], default=None)
+    return best if best is not None and shapes[best] <= ALGO_MATCH_MAE else None
+
+
+def match_logged(mae: Mapping[str, float], shapes: Mapping[str, float] | None = None) -> tuple[str | None, str]:
+    """The estimator (an :data:`~collapse_doctor.core.estimators.ESTIMATORS` key) the logged advantages match,
     given the mean absolute difference to each, or ``None``; and the sentence that says so.
 
-    Within :data:`ALGO_MATCH_MAE`; the closest wins, ties in ``RECOMPUTATIONS`` order.
+    Within :data:`ALGO_MATCH_MAE`; the closest wins, ties in catalogue order. Estimators that could not be computed
+    (NaN) are left out; when nothing matches exactly, one whose ``shapes`` entry (the fit up to the token counts it
+    lacks) is within the tolerance matches "up to its token weighting"; else they are named as not checked.
 
     >>> match_logged({"grpo": 0.2, "grpo_batch": 0.001, "grpo_none": 0.5, "gdpo": 0.3})
     ('grpo_batch', 'logged advantages match GRPO (scale batch)')
-    >>> match_logged({"grpo": 0.2, "gdpo": 0.3})[0] is None
-    True
+    >>> match_logged({"grpo": 0.2, "gdpo": 0.3, "rloo": 0.0})
+    ('rloo', 'logged advantages match RLOO (verl loop)')
+    >>> match_logged({"grpo": 0.2, "gdpo": 0.3, "opo": float("nan")})
+    (None, 'logged advantages match no recomputation (closest: grpo, 0.2); not checked without completion_length: opo')
     """
-    ordered = [name for name in RECOMPUTATIONS if name in mae]
-    best = min(ordered, key=lambda k: mae[k] if np.isfinite(mae[k]) else np.inf)
+    ordered = [spec.key for spec in ESTIMATORS if spec.key in mae and np.isfinite(mae[spec.key])]
+    if not ordered:
+        return None, "logged advantages: no recomputation could be compared"
+    best = min(ordered, key=lambda k: mae[k])
     if mae[best] <= ALGO_MATCH_MAE:
-        scale = SCALE_OF.get(best)
-        label = "GDPO" if best == "gdpo" else "GRPO"
-        return best, f"logged advantages match {label}" + (f" (scale {scale})" if scale else "")
-    return None, f"logged advantages match no recomputation (closest: {best}, {mae[best]:.3g})"
+        return best, f"logged advantages match {ESTIMATOR_OF[best].label}"
+    shaped = match_shape(shapes or {})
+    if shaped is not None:
+        spec = ESTIMATOR_OF[shaped]
+        return shaped, (
+            f"logged advantages match {spec.label} up to its token weighting (not checked exactly without "
+            f"{', '.join(spec.needs)})"
+        )
+    detail = f"logged advantages match no recomputation (closest: {best}, {mae[best]:.3g})"
+    for column, keys in unchecked(mae).items():
+        detail += f"; not checked without {column}: {', '.join(keys)}"
+    return None, detail
 
 
 AGGREGATION_NAMES = {

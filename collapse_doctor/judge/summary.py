@@ -15,6 +15,7 @@ import numpy as np
 
 from collapse_doctor.core import scalars as S
 from collapse_doctor.core.config import Config
+from collapse_doctor.core.estimators import budget_note, family_of
 from collapse_doctor.core.numbers import nanmedian
 from collapse_doctor.core.reduction import RunReduction
 from collapse_doctor.core.result import RunSummary
@@ -107,9 +108,16 @@ def with_scalar_log(
 
 def with_signal(summary: RunSummary, series: RunSeries) -> RunSummary:
     """The summary with its signal budget under the run's algorithm (an unknown one is judged as GRPO)."""
-    algorithm = "gdpo" if summary.algorithm == "gdpo" else "grpo"
+    algorithm = family_of(summary.algorithm)
     budget = signal_budget(series, algorithm) if summary.rollouts else None
-    return replace(summary, signal=budget.to_dict() if budget is not None else None)
+    if budget is None:
+        return replace(summary, signal=None)
+    signal = budget.to_dict()
+    if summary.algorithm not in ("grpo", "gdpo", "unknown"):
+        # the run's own estimator (RLOO, pass@k, ...), judged with its family's group rule
+        note = budget_note(summary.algorithm)
+        signal |= {"estimator": summary.algorithm} | ({"note": note} if note else {})
+    return replace(summary, signal=signal)
 
 
 STATE_SHARE = 0.5

@@ -30,14 +30,14 @@ from collapse_doctor.core.findings import Finding, Severity, verdict_of
 from collapse_doctor.core.options import ReadOptions, ScanOptions
 from collapse_doctor.core.reduction import RunReduction, without_reused_steps
 from collapse_doctor.core.result import Diagnosis, Phase, RunSummary
-from collapse_doctor.core.schema import AGGREGATION, resolve_weights
+from collapse_doctor.core.schema import ACTIVE_CHANNELS, AGGREGATION, resolve_weights
 from collapse_doctor.core.series import CALLBACK_SCALARS, RunSeries
 from collapse_doctor.engine.parallel import available_cores, map_ordered
 from collapse_doctor.engine.reduce import SCAN_CHUNK_ROWS, ReadAhead, empty_series, reduce_rollouts
 from collapse_doctor.io.discovery import RunInputs, choose_run, discover_runs
 from collapse_doctor.io.open import open_rollouts, read_scalar_log
 from collapse_doctor.io.storage.list_files import expand_list_files
-from collapse_doctor.judge.algorithm import detect_algorithm, phases_from_labels
+from collapse_doctor.judge.algorithm import detect_algorithm, matches_both, phases_from_labels
 from collapse_doctor.judge.detectors import REGISTRY, DetectionContext
 from collapse_doctor.judge.detectors.base import select, threshold_defaults, threshold_ranges
 from collapse_doctor.judge.detectors.runner import run_detectors
@@ -374,6 +374,7 @@ def reduction_of(reader: Any, series: RunSeries, device: str) -> RunReduction:
         logged_advantage=reader.columns.advantage is not None,
         dynamic_weight_channels=tuple(reader.dynamic_weight_channels),
         step_labels=step_aggregation(reader) or {},
+        step_active=(reader.step_labels(ACTIVE_CHANNELS) if hasattr(reader, "step_labels") else None) or {},
         ground_truth=reader.ground_truth,
         device=device,
         step_digests=dict(getattr(reader, "step_digests", None) or {}),
@@ -416,9 +417,13 @@ def diagnose_reduction(
         summary, series, callback_series = _scalar_only(options, scalars, scalar_files)
     else:
         reduction, reuse_notes = without_reused_steps(reduction)
+        reduction, active_notes = with_inactive_channels_uncompared(reduction)
+        reuse_notes += active_notes
         algorithm = detect_algorithm(reduction.series, options.algo, reduction.dynamic_weight_channels)
         reduction, algorithm, notes = _with_inferred_weights(reduction, algorithm, options, reduce_with)
-        algorithm, phases, phase_notes = aggregation_phases(reduction.step_labels or None, options.algo, algorithm)
+        algorithm, phases, phase_notes = aggregation_phases(
+            reduction.step_labels or None, options.algo, algorithm, ambiguous=matches_both(reduction.series)
+        )
         series = reduction.series
         summary = rollout_summary(reduction, algorithm=algorithm)
         summary = replace(summary, phases=phases, warnings=summary.warnings + reuse_notes + notes + phase_notes)
@@ -462,18 +467,59 @@ def _scalar_only(
     return replace(summary, **changes), series, judged
 
 
+def with_inactive_channels_uncompared(reduction: RunReduction) -> tuple[RunReduction, tuple[str, ...]]:
+    """The reduction with its logged-advantage comparisons left out (NaN) at the steps that trained with some
+    channels off (the ``active_channels`` column: ``retrain``'s ``channel_start`` gives a channel weight 0 until its
+    start), and the note that says so. Every recomputation weights every channel, so at those steps it cannot be the
+    trainer's: comparing would call the tool's own corrective runs a mismatch (CD202).
+
+    >>> from collapse_doctor.core.reduction import IngestNotes
+    >>> series = RunSeries(np.array([0, 1, 2]), ("a", "b"), [], {"logged_mae_gdpo": np.array([0.4, 0.0, 0.0])})
+    >>> run = RunReduction(series, ("a", "b"), {"a": 1.0, "b": 1.0}, "default 1.0", (), 12, IngestNotes(), True,
+    ...     step_active={0: "a", 1: "a,b", 2: "a,b"})
+    >>> kept, notes = with_inactive_channels_uncompared(run)
+    >>> kept.series["logged_mae_gdpo"].tolist(), notes[0][:29]
+    ([nan, 0.0, 0.0], 'steps 0-0 trained with b off ')
+    """
+    if not reduction.step_active or not reduction.logged_advantage:
+        return reduction, ()
+    everything = set(reduction.channels)
+    partial = {
+        step: everything - {c.strip() for c in active.split(",") if c.strip()}
+        for step, active in reduction.step_active.items()
+    }
+    partial = {step: off for step, off in partial.items() if off}
+    if not partial:
+        return reduction, ()
+    series = reduction.series
+    masked = np.isin(series.steps, np.array(sorted(partial)))
+    # every comparison with the log (MAE, the group bound) is left out there; the support (logged_rows) stays
+    values = {
+        name: np.where(masked, np.nan, array) if name.startswith("logged_") and name != "logged_rows" else array
+        for name, array in series.values.items()
+    }
+    off = sorted(set().union(*partial.values()))
+    note = (
+        f"steps {min(partial)}-{max(partial)} trained with {', '.join(off)} off (the rollouts' active_channels "
+        "column, as retrain's channel_start writes it): their logged advantages are not compared with the "
+        "recomputations, which weight every channel"
+    )
+    return replace(reduction, series=replace(series, values=values)), (note,)
+
+
 def step_aggregation(reader: Any) -> dict[int, str] | None:
     """``{step: aggregation}`` from the rollouts' ``aggregation`` column, if the reader has one."""
     return reader.step_labels(AGGREGATION) if hasattr(reader, "step_labels") else None
 
 
 def aggregation_phases(
-    labels: Mapping[int, str] | None, algo: str, algorithm: tuple[str, str]
+    labels: Mapping[int, str] | None, algo: str, algorithm: tuple[str, str], *, ambiguous: bool = False
 ) -> tuple[tuple[str, str], tuple[Phase, ...], tuple[str, ...]]:
     """The algorithm, the phases of a run whose rollouts' ``aggregation`` column changes (a hybrid switch) and
     warning lines, from ``{step: aggregation}`` (:func:`step_aggregation`).
 
-    ``--algo`` wins over the column; the column names the algorithm of a run whose logged advantages did not; a run
+    ``--algo`` wins over the column; the column names the algorithm of a run whose logged advantages did not, or
+    matched GRPO and GDPO alike (``ambiguous``: one channel constant within every group makes the two equal); a run
     under one aggregation has no phases.
     """
     if not labels or algo != "auto":
@@ -482,9 +528,10 @@ def aggregation_phases(
     if warning is not None:
         return algorithm, (), (warning,)
     if len(phases) == 1:
-        if algorithm[0] != "unknown":
+        if algorithm[0] != "unknown" and not ambiguous:
             return algorithm, (), ()
-        return (phases[0].algorithm, "the rollouts' aggregation column"), (), ()
+        why = "; the logged advantages match GRPO and GDPO alike" if algorithm[0] != "unknown" else ""
+        return (phases[0].algorithm, f"the rollouts' aggregation column{why}"), (), ()
     shown = ", then ".join(p.label() for p in phases)
     source = f"the rollouts' aggregation column: {shown}; each phase judged under its own aggregation"
     return (phases[-1].algorithm, source), phases, ()
@@ -570,6 +617,7 @@ def scan_runs(
     if address is None:
         return map_ordered(lambda job: _outcome(*job, hooks), jobs, available_cores())
     from collapse_doctor.engine.cluster import ray_session
+    from collapse_doctor.io.rollouts.parquet import steps_read_in_tasks
 
     # A run opened here reads its footers only: its shards' tasks read the steps.
     with ray_session(address) as executor, steps_read_in_tasks():
@@ -613,7 +661,6 @@ class RunsFailed(InputError):
 
 def results_or_raise(outcomes: Sequence[ScanResult | CollapseDoctorError], names: Sequence[str]) -> list[ScanResult]:
     """The results, when every run was scanned; else the one run's error, or :class:`RunsFailed`."""
-    from collapse_doctor.io.rollouts.parquet import steps_read_in_tasks
     failures = [(name, o) for name, o in zip(names, outcomes, strict=True) if isinstance(o, CollapseDoctorError)]
     if not failures:
         return [o for o in outcomes if isinstance(o, ScanResult)]

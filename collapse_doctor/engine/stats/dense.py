@@ -67,13 +67,19 @@ class CompletionRows:
     value of its own), None without completion text; ``lengths`` ``[N]`` float64: tokens, else characters, NaN
     where unknown, None without lengths; ``cut`` ``[N]`` float64: 1.0 cut at the length cap, 0.0 ended on its own,
     NaN unknown, None without a ``truncated`` flag or a length cap; ``cut_rule`` how ``cut`` was told (``cut_rule``
-    values of :mod:`collapse_doctor.core.series`).
+    values of :mod:`collapse_doctor.core.series`); ``tokens`` whether ``lengths`` count tokens.
     """
 
     codes: np.ndarray | None = None
     lengths: np.ndarray | None = None
     cut: np.ndarray | None = None
     cut_rule: float = CUT_BY_FLAG
+    tokens: bool = False
+
+    @property
+    def token_lengths(self) -> np.ndarray | None:
+        """``lengths`` where they count tokens (what a token-weighted estimator weights by), else None."""
+        return self.lengths if self.tokens else None
 
     @classmethod
     def of(
@@ -82,6 +88,7 @@ class CompletionRows:
         lengths: np.ndarray | None,
         cut: np.ndarray | None = None,
         cut_rule: float = CUT_BY_FLAG,
+        tokens: bool = False,
     ) -> CompletionRows | None:
         """The rows' completions, or None when nothing is known of them."""
         if codes is None and lengths is None and cut is None:
@@ -91,6 +98,7 @@ class CompletionRows:
             None if lengths is None else np.asarray(lengths, dtype=np.float64),
             None if cut is None else np.asarray(cut, dtype=np.float64),
             cut_rule,
+            tokens and lengths is not None,
         )
 
 

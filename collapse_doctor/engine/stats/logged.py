@@ -3,7 +3,9 @@
 Over the valid rows with a logged value: how many (``logged_rows``), the largest ``|logged|``, the share
 beyond the bound ``(n-1)/sqrt(n)`` of a z-score in a group of n (plus ``1e-3``), the largest bound, and the
 mean absolute difference to the recomputed GRPO and GDPO advantages and to GRPO scaled by the step's std
-(``grpo_batch``) or not scaled (``grpo_none``). Nothing when no advantage was logged.
+(``grpo_batch``) or not scaled (``grpo_none``), and to every other estimator of
+:mod:`collapse_doctor.engine.estimators` (RLOO, REINFORCE++, pass@k, ...; NaN where a column it needs is missing).
+Nothing when no advantage was logged.
 """
 
 from __future__ import annotations
@@ -13,11 +15,12 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 import collapse_doctor.engine.stats.dense as dense_np
-from collapse_doctor.core.series import SERIES
+from collapse_doctor.core.series import RECOMPUTATIONS, SERIES
 from collapse_doctor.engine.advantages import grpo_advantages
+from collapse_doctor.engine.estimators import SHAPES, EstimatorRows, recompute, shape_residual
 from collapse_doctor.engine.stats.chunk import ChunkInput, GeneralChunk
 from collapse_doctor.engine.stats.dense import DenseChunk
-from collapse_doctor.engine.stats.kernels import ratio, segment_extreme, segment_sum
+from collapse_doctor.engine.stats.kernels import ratio, segment_extreme, segment_sum, to_host
 
 if TYPE_CHECKING:
     import torch
@@ -26,6 +29,9 @@ else:
     from collapse_doctor.engine.lazy_torch import torch
 
 CANDIDATES = tuple(name.removeprefix("logged_mae_") for name in SERIES if name.startswith("logged_mae_"))
+SHAPE_CANDIDATES = tuple(
+    name.removeprefix("logged_shape_mae_") for name in SERIES if name.startswith("logged_shape_mae_")
+)
 """The recomputations a logged advantage is compared with, in the catalogue's (JSON) order."""
 NAMES = (
     "logged_rows",
@@ -33,6 +39,7 @@ NAMES = (
     "logged_beyond_bound_share",
     "logged_bound",
     *(f"logged_mae_{name}" for name in CANDIDATES),
+    *(f"logged_shape_mae_{name}" for name in SHAPE_CANDIDATES),
 )
 
 
@@ -65,6 +72,48 @@ def dense(c: DenseChunk) -> dict[str, np.ndarray]:
     for name, adv in candidates.items():
         err = np.where(has, np.abs(logged - adv), 0).astype(np.float64)
         out[f"logged_mae_{name}"] = dense_np.ratio(c.steps_sum(err.sum(axis=0)), count)
+    rows = c.num_rows
+    lengths = None if c.completions is None else c.completions.token_lengths
+    out.update(
+        _estimator_mae(c.rewards, c.weights, np.arange(rows) // c.g, c.step_index, lengths, c.logged, c.num_steps)
+    )
+    return out
+
+
+def _estimator_mae(
+    rewards: np.ndarray,
+    weights: np.ndarray | list[float],
+    group: np.ndarray,
+    step: np.ndarray,
+    lengths: np.ndarray | None,
+    logged: np.ndarray,
+    num_steps: int,
+) -> dict[str, np.ndarray]:
+    """Per step, the mean |logged - estimator| of every estimator of :mod:`collapse_doctor.engine.estimators` over
+    the valid rows with a logged value (NaN where the estimator cannot be computed: a column it needs is missing)."""
+    valid = ~np.isnan(rewards).all(axis=1)
+    if not valid.any():
+        keys = [*(f"logged_mae_{k}" for k in CANDIDATES if k not in RECOMPUTATIONS)]
+        keys += [f"logged_shape_mae_{k}" for k in SHAPE_CANDIDATES]
+        return {name: np.full(num_steps, np.nan) for name in keys}
+    rows = EstimatorRows(
+        rewards[valid], np.asarray(weights), group[valid], step[valid], None if lengths is None else lengths[valid]
+    )
+    values = logged[valid].astype(np.float64)
+    has = ~np.isnan(values)
+    steps = step[valid].astype(np.int64)
+    count = np.bincount(steps, weights=has.astype(np.float64), minlength=num_steps)
+    out = {}
+
+    def per_step(err: np.ndarray) -> np.ndarray:
+        return dense_np.ratio(np.bincount(steps, weights=np.where(has, err, 0.0), minlength=num_steps), count)
+
+    for name, adv in recompute(rows).items():
+        out[f"logged_mae_{name}"] = np.full(num_steps, np.nan) if adv is None else per_step(np.abs(values - adv))
+        if name in SHAPES:
+            # without the lengths, how close the logged values come to the estimator up to what they decide
+            shape = np.full(num_steps, np.nan) if adv is not None else per_step(shape_residual(rows, values, name))
+            out[f"logged_shape_mae_{name}"] = shape
     return out
 
 
@@ -93,4 +142,15 @@ def _compare(chunk: ChunkInput, group_rows: Tensor, valid_row: Tensor) -> dict[s
     for name, adv in candidates.items():
         err = torch.where(has, (logged - adv).abs(), torch.zeros_like(logged)).double()
         out[f"logged_mae_{name}"] = ratio(segment_sum(err, si, S), count)
+    lengths = None if chunk.completions is None else chunk.completions.token_lengths
+    others = _estimator_mae(
+        to_host(chunk.rewards),
+        to_host(chunk.weights),
+        to_host(gi),
+        to_host(si),
+        lengths,
+        to_host(logged),
+        S,
+    )
+    out.update({name: torch.as_tensor(values, device=count.device) for name, values in others.items()})
     return out

@@ -969,6 +969,7 @@ class ParquetRun:
             completion_lengths=lengths,
             completion_cut=cut,
             completion_cut_rule=cols.cut_rule or CUT_BY_FLAG,
+            completion_tokens=cols.completion_length is not None,
         )
 
     def _assemble(self, step: int, parts: list[tuple[np.ndarray, pa.RecordBatch]], path: Path) -> RolloutBatch:
@@ -1001,6 +1002,7 @@ class ParquetRun:
             completion_lengths=lengths,
             completion_cut=cut_flags(table, cols),
             completion_cut_rule=cols.cut_rule or CUT_BY_FLAG,
+            completion_tokens=cols.completion_length is not None,
         )
 
     def _count_repeats(

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
+from collapse_doctor.core.estimators import has_group_baseline
 from collapse_doctor.core.findings import Finding, Severity
 from collapse_doctor.core.result import LACKS_SERIES
 from collapse_doctor.judge.detectors.base import REGISTRY, REQUIREMENTS, DetectionContext, NotEnoughData, NotJudged
@@ -18,6 +19,7 @@ def missing_requirement(
     ``/`` is a per-channel prefix: any channel's series)."""
     present = {
         "rollouts": bool(ctx.run.rollouts),
+        "group_baseline": has_group_baseline(ctx.run.algorithm),
         "channel_series": ctx.judges_groups,
         "logged_advantage": ctx.run.logged_advantage,
         "scalars": ctx.scalars is not None,

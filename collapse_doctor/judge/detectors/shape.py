@@ -8,7 +8,9 @@ from typing import ClassVar
 import numpy as np
 
 from collapse_doctor.core.config import ThresholdRange
-from collapse_doctor.core.series import RECOMPUTATIONS, RunSeries
+from collapse_doctor.core.estimators import ESTIMATORS
+from collapse_doctor.core.series import RunSeries
+from collapse_doctor.judge.algorithm import match_shape, unchecked
 from collapse_doctor.judge.budget import channel_extreme_shares
 from collapse_doctor.judge.detectors.base import POSITIVE, DetectionContext, Detector, Finding, Severity, register
 from collapse_doctor.judge.detectors.remedies import Remedy, gdpo_counterfactual, nanmedian, switch_remedy
@@ -301,11 +303,16 @@ class AdvantageBound(Detector):
         Compares the advantage column the trainer logged with what collapse-doctor recomputes from
         the logged rewards. With group size n, a group z-score satisfies |A| <= (n-1)/sqrt(n) (2.47
         for n = 8); the detector fires when a share of logged advantages exceeds that bound, or when
-        the logged values match none of GRPO (group, batch or no scaling) and GDPO. The bound is
-        checked only where it holds: when the logged values match group-scaled GRPO, or match no
-        recomputation (unless the run is GDPO by --algo). GRPO with batch scaling and GDPO
-        re-normalise over the batch and exceed it by design. Rollouts with weight/<channel>
-        columns (gdpo-dynamic) are reported as using dynamic weights (info), not as a mismatch.
+        the logged values match none of the estimators it recomputes: GRPO (group, batch or no
+        scaling, population std), GDPO (TRL's and verl's token-weighted), NeMo-RL's leave-one-out
+        GRPO, RLOO, OPO, GPG, pass@k GRPO, REINFORCE++ and its group-baseline variant (the table
+        in docs/input-formats.md). An estimator that needs a column the run lacks (OPO, REINFORCE++
+        and verl's GDPO weight by response tokens: completion_length) is not checked; when nothing
+        else matches the finding says so at info level instead of warning. The bound is checked
+        only where it holds: when the logged values match group-scaled GRPO, or match no
+        recomputation (unless the run is GDPO by --algo). The other estimators exceed it by design.
+        Rollouts with weight/<channel> columns (gdpo-dynamic) are reported as using dynamic
+        weights (info), not as a mismatch.
 
     Why it matters
         A logged advantage beyond the bound means the trainer did not use the group statistics it
@@ -315,7 +322,8 @@ class AdvantageBound(Detector):
 
     Evidence
         Share of logged advantages beyond the bound, the largest |A| logged and the bound, the mean
-        absolute difference from each recomputation (GRPO group/batch/none, GDPO).
+        absolute difference from each recomputation that could be computed, and those that could not
+        (not_checked, by missing column).
 
     Remedy
         Check that advantages are computed from the same rewards and groups that are logged (no
@@ -337,11 +345,26 @@ class AdvantageBound(Detector):
 
     def detect(self, ctx: DetectionContext) -> list[Finding]:
         series = ctx.series
-        findings = []
-        candidates = tuple(RECOMPUTATIONS)
-        maes = {c: nanmedian(series[f"logged_mae_{c}"]) for c in candidates}
-        best = min(maes, key=lambda c: maes[c] if np.isfinite(maes[c]) else np.inf)
+        findings: list[Finding] = []
+        compared = tuple(spec.key for spec in ESTIMATORS if f"logged_mae_{spec.key}" in series)
+        every = {c: nanmedian(series[f"logged_mae_{c}"]) for c in compared}
+        # an estimator that needs a column the run lacks has no MAE: named as not checked, never as a mismatch
+        not_checked = unchecked(every)
+        not_checked_keys = {key for keys in not_checked.values() for key in keys}
+        candidates = tuple(c for c in compared if np.isfinite(every[c]))
+        maes = {c: every[c] for c in candidates}
+        if not candidates:
+            return findings  # no step with both a logged advantage and rewards to recompute it from
+        best = min(candidates, key=lambda c: maes[c])
         matched = best if maes[best] <= ctx.threshold(self.code, "match_mae") else None
+        shapes = {
+            c: nanmedian(series[f"logged_shape_mae_{c}"]) for c in not_checked_keys if f"logged_shape_mae_{c}" in series
+        }
+        if matched is None:
+            # a token-weighted estimator without the lengths: matched up to its token weighting, nothing to flag
+            matched = match_shape(shapes)
+        # estimators not checked even up to their shape: a mismatch may be theirs, so it is only reported
+        unknowable = {k for k in not_checked_keys if not np.isfinite(shapes.get(k, np.nan))}
         dynamic = ctx.run.dynamic_weight_channels if matched is None else ()
         # A GDPO run (by --algo or detected) re-normalises over the batch: the group bound does not hold for it.
         claims_gdpo = ctx.run.algorithm == "gdpo"
@@ -408,20 +431,31 @@ class AdvantageBound(Detector):
                     gdpo_resolves=None,
                 )
             )
-        elif stretch is not None:
+        elif stretch is not None and matched is None:
             window = ctx.window(stretch)
+            missing = "; ".join(
+                f"cannot check {', '.join(k for k in keys if k in unknowable)} without {column}"
+                if unknowable & set(keys)
+                else f"{', '.join(keys)}, not checked exactly without {column}, do not fit up to their token weighting"
+                for column, keys in not_checked.items()
+            )
             findings.append(
                 self.finding(
                     ctx,
                     stretch,
-                    severity=Severity.WARNING,
-                    title="logged advantages match no recomputation",
+                    severity=Severity.INFO if unknowable else Severity.WARNING,
+                    title="logged advantages match no estimator that could be checked"
+                    if unknowable
+                    else "logged advantages match no recomputation",
                     message=(
                         f"logged advantages differ from every recomputation from the logged rewards; the "
                         f"closest is {best} with a mean absolute difference of "
-                        f"{nanmedian(best_series[window]):.3f}."
+                        f"{nanmedian(best_series[window]):.3f}." + (f" {missing}." if missing else "")
                     ),
-                    evidence={f"mae_{c}": maes[c] for c in candidates},
+                    evidence={
+                        **{f"mae_{c}": maes[c] for c in candidates},
+                        **({"not_checked": {k: list(v) for k, v in not_checked.items()}} if not_checked else {}),
+                    },
                     remedy=(
                         "check that the logged rewards and groups are the ones the advantages were computed "
                         "from; if the trainer weights its channels, rescan with its reward_weights: "

@@ -34,7 +34,11 @@ class ZeroVarianceGroups(Detector):
         channel at its run-wide maximum), all-fail (every channel at its minimum), equal rewards from different
         completions (every channel constant at a middle value: the reward cannot tell them apart), or
         cancelling (some channel varies but the advantages sum to a constant, e.g. two complementary binaries).
-        The same statistic on the other aggregation's advantages is the counterfactual.
+        The same statistic on the other aggregation's advantages is the counterfactual. Every estimator with
+        a group baseline (GRPO, GDPO, RLOO, OPO, GPG, leave-one-out GRPO, REINFORCE++ with a group baseline) is
+        silent on exactly these groups; pass@k GRPO also gives 0 to every rollout but each group's best, by
+        design, which is not counted as silence. Under REINFORCE++ (a batch baseline) a group of equal rewards
+        still gets advantages, so the check is skipped.
 
     Why it matters
         Rollouts with zero advantage contribute nothing to the policy gradient: the effective batch
@@ -68,6 +72,7 @@ class ZeroVarianceGroups(Detector):
     code = "CD102"
     name = "zero-variance groups"
     default_severity = Severity.WARNING
+    requires = ("rollouts", "group_baseline")
     thresholds: ClassVar[Mapping[str, float]] = {"warn_share": 0.5, "critical_share": 0.8, "min_groups": 8}
 
     @staticmethod

@@ -77,9 +77,10 @@ def test_series_json_refuses_unknown_or_misshapen_series() -> None:
         RunSeries(steps, ("a",), [], {"rel_gain": np.zeros(2)}).to_json()
 
 
-def test_logged_candidates_are_the_recomputations() -> None:
+def test_logged_candidates_are_the_estimators() -> None:
+    from collapse_doctor.core.estimators import ESTIMATORS
     from collapse_doctor.core.series import RECOMPUTATIONS
     from collapse_doctor.engine.stats.logged import CANDIDATES
 
-    assert set(CANDIDATES) == set(RECOMPUTATIONS)
-    assert {f"logged_mae_{name}" for name in RECOMPUTATIONS} <= set(SERIES)
+    assert set(CANDIDATES) == {spec.key for spec in ESTIMATORS} >= set(RECOMPUTATIONS)
+    assert {f"logged_mae_{spec.key}" for spec in ESTIMATORS} <= set(SERIES)
