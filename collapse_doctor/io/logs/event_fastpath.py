@@ -21,8 +21,9 @@ import numpy as np
 
 from collapse_doctor.io.logs.crc32c import gather_words
 
-_PAD = 32
-"""Bytes of zero padding after the data, so fixed-width gathers near the end stay in bounds."""
+PAD = 32
+"""Bytes the data must extend past the last payload (zero padding, or whatever follows in a buffer), so that the
+fixed-width gathers near the end stay in bounds."""
 _MAX_VARINT = 9
 """Steps up to 2**63 - 1 (9 varint bytes); negative steps (10 bytes) go to protobuf."""
 
@@ -38,6 +39,7 @@ class FastScalars:
     tag_index: np.ndarray
     steps: np.ndarray
     values: np.ndarray
+    """``float32``: the value as stored (widened losslessly where the points are kept)."""
     wall_times: np.ndarray
 
 
@@ -96,11 +98,36 @@ def _words(buf: np.ndarray, starts: np.ndarray, length: int) -> np.ndarray:
     return out
 
 
+_SHORT_TAG_WORDS = 16
+"""Tags of up to this many 32-bit words (64 bytes, nearly all) are told apart all at once, whatever their lengths."""
+_BYTE_MASKS = np.array([0, 0xFF, 0xFFFF, 0xFFFFFF, 0xFFFFFFFF], dtype=np.uint32)
+
+
+def _short_tag_codes(buf: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """Dense codes of equal byte ranges (at most 64 bytes each): the words of every range gathered at once, the
+    bytes past its end zeroed, the length as one more column (so the numpy calls do not grow with the number of
+    distinct tag lengths). ``buf`` must extend 3 bytes past each range."""
+    width = max(1, (int(lengths.max()) + 3) // 4)
+    words = gather_words(buf, starts, width)
+    valid = np.clip(lengths[:, None] - 4 * np.arange(width), 0, 4)
+    words &= _BYTE_MASKS[valid]
+    return _row_codes(np.column_stack([words, lengths.astype(np.uint32)]))
+
+
 def _tag_ids(buf: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> tuple[list[str], np.ndarray]:
-    """Tag ids for byte ranges: rows of each length grouped by their bytes."""
+    """Tag ids for byte ranges: rows grouped by their bytes (short tags all at once, longer ones per length)."""
     names: dict[bytes, int] = {}
     ids = np.empty(len(starts), dtype=np.int32)
-    for length in np.unique(lengths).tolist():
+    short = np.flatnonzero(lengths <= 4 * _SHORT_TAG_WORDS)
+    if len(short):
+        codes = _short_tag_codes(buf, starts[short], lengths[short])
+        first = np.zeros(int(codes.max()) + 1, dtype=np.int64)
+        first[codes[::-1]] = np.arange(len(codes))[::-1]
+        spans = zip(starts[short][first].tolist(), lengths[short][first].tolist(), strict=True)
+        local = np.asarray([names.setdefault(buf[at : at + n].tobytes(), len(names)) for at, n in spans])
+        ids[short] = local[codes]
+    long_lengths = lengths[lengths > 4 * _SHORT_TAG_WORDS]
+    for length in np.unique(long_lengths).tolist():
         rows = np.flatnonzero(lengths == length)
         if length == 0:
             ids[rows] = names.setdefault(b"", len(names))
@@ -120,9 +147,15 @@ def _tag_ids(buf: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> tuple[
     return list(decoded), (remap[ids].astype(np.int32) if len(remap) else ids)
 
 
-def decode_simple_values(data: bytes, payload_starts: np.ndarray, payload_lengths: np.ndarray) -> FastScalars:
-    """Decode every record of ``data`` that is a lone ``simple_value`` scalar event (see the module docstring)."""
-    buf = np.frombuffer(data + bytes(_PAD), dtype=np.uint8)
+def decode_simple_values(
+    data: bytes | np.ndarray, payload_starts: np.ndarray, payload_lengths: np.ndarray
+) -> FastScalars:
+    """Decode every record of ``data`` that is a lone ``simple_value`` scalar event (see the module docstring).
+
+    ``data`` as bytes is padded here (a copy); as a ``uint8`` array it is used in place and must extend at least
+    :data:`PAD` bytes past the last payload (the bytes there are never part of a decoded record).
+    """
+    buf = data if isinstance(data, np.ndarray) else np.frombuffer(bytes(data) + bytes(PAD), dtype=np.uint8)
     p = payload_starts.astype(np.int64)
     end = p + payload_lengths.astype(np.int64)
     n = len(p)
@@ -158,6 +191,6 @@ def decode_simple_values(data: bytes, payload_starts: np.ndarray, payload_length
         tag_names=names,
         tag_index=tag_index,
         steps=step[keep].astype(np.int64),
-        values=_gather(buf, f + 1, 4, "<f4").astype(np.float64),
+        values=_gather(buf, f + 1, 4, "<f4"),
         wall_times=_gather(buf, p + 1, 8, "<f8"),
     )

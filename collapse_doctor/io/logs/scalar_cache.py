@@ -5,8 +5,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-import numpy as np
-
 from collapse_doctor.io.formats import scalar_format
 from collapse_doctor.io.logs.tensorboard import EventFileRead, ScalarLog, merge_reads
 
@@ -53,37 +51,5 @@ class ScalarCache:
                 part = fmt.read(path, offset)
                 if part.records or not done:
                     done.append(part)
-            parts.extend(_renumbered(done))
+            parts.extend(done)  # a file's parts in order: merge_reads treats them as the file read at once
         return merge_reads(parts)
-
-
-def _renumbered(reads: list[EventFileRead]) -> list[EventFileRead]:
-    """One read per file: the parts of a file read at different times, concatenated in order."""
-    if len(reads) == 1:
-        return reads
-    names: dict[str, int] = {}
-    tag_index, order, session_starts = [], [], []
-    offset = 0
-    for part in reads:
-        remap = np.asarray([names.setdefault(n, len(names)) for n in part.tag_names], dtype=np.int32)
-        tag_index.append(remap[part.tag_index] if len(part.tag_index) else part.tag_index)
-        order.append(part.order + offset)
-        session_starts += [(r + offset, s) for r, s in part.session_starts]
-        offset += part.records
-    last = reads[-1]
-    return [
-        EventFileRead(
-            path=last.path,
-            start=reads[0].start,
-            end=last.end,
-            records=offset,
-            truncated=last.truncated,
-            tag_names=list(names),
-            tag_index=np.concatenate(tag_index),
-            steps=np.concatenate([p.steps for p in reads]),
-            values=np.concatenate([p.values for p in reads]),
-            wall_times=np.concatenate([p.wall_times for p in reads]),
-            order=np.concatenate(order),
-            session_starts=session_starts,
-        )
-    ]

@@ -23,16 +23,26 @@ that transformers' end-of-training summary writes again at the last step are not
 
 from __future__ import annotations
 
+import io
+import os
 import struct
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from itertools import pairwise
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from collapse_doctor.core.errors import InputError
 from collapse_doctor.core.scalars import TagPoints
-from collapse_doctor.io.logs.crc32c import NATIVE_CRC, VECTOR_MAX_BYTES, masked_crc32c, masked_crc32c_many
+from collapse_doctor.io.logs.crc32c import (
+    NATIVE_CRC,
+    PADDED_MAX_WORDS,
+    VECTOR_MAX_BYTES,
+    masked_crc32c,
+    masked_crc32c_many,
+)
 from collapse_doctor.io.logs.event_fastpath import decode_simple_values
 from collapse_doctor.io.storage.remote import RemotePath, input_path
 
@@ -69,8 +79,33 @@ def is_bookkeeping(tag: str) -> bool:
 
 
 @dataclass
+class TagColumn:
+    """One tag's points in one read, in record order (duplicates not resolved yet)."""
+
+    steps: np.ndarray
+    """``int64``; tags logged at the same steps share one array (never written to)."""
+    values: np.ndarray
+    """``float64``."""
+    walls_sorted: bool
+    """Whether the wall times never decrease in record order: then the latest point of a step is its last one, and
+    the wall times themselves are not needed (nor kept, unless asked for)."""
+    first_wall: float
+    last_wall: float
+    walls: np.ndarray | None = None
+    """Every point's wall time, when kept (``read_event_file(keep_walls=True)``, the other formats' reads)."""
+
+
+def _empty(dtype: type) -> np.ndarray:
+    return np.zeros(0, dtype=dtype)
+
+
+@dataclass
 class EventFileRead:
-    """The scalars of one event file (or of the part read from ``start`` on), in record order."""
+    """The scalars of one event file (or of the part read from ``start`` on), in record order.
+
+    Two forms: the TensorBoard reader fills :attr:`columns` (each tag's points, the read's own SessionLog purges
+    applied) and leaves the flat arrays empty; the other scalar formats fill the flat arrays (one entry per point).
+    :func:`merge_reads` takes both."""
 
     path: Path
     start: int
@@ -79,22 +114,28 @@ class EventFileRead:
     records: int
     truncated: bool
     tag_names: list[str]
-    tag_index: np.ndarray
-    steps: np.ndarray
-    values: np.ndarray
-    wall_times: np.ndarray
-    order: np.ndarray
+    tag_index: np.ndarray = field(default_factory=lambda: _empty(np.int32))
+    steps: np.ndarray = field(default_factory=lambda: _empty(np.int64))
+    values: np.ndarray = field(default_factory=lambda: _empty(np.float64))
+    wall_times: np.ndarray = field(default_factory=lambda: _empty(np.float64))
+    order: np.ndarray = field(default_factory=lambda: _empty(np.int64))
     """Record number of each point within this read (for SessionLog purges)."""
     session_starts: list[tuple[int, int]] = field(default_factory=list)
     """``(record number, step)`` of each ``SessionLog.START``."""
+    columns: dict[str, TagColumn] | None = None
+    """Each tag's points (the TensorBoard reader's form), or ``None``: the flat arrays hold them."""
+    purged: int = 0
+    """Points dropped within this read by its own SessionLog START (the column form)."""
+    decoded: int = 0
+    """Points read, before those purges (the column form)."""
 
     @property
     def points(self) -> int:
-        return len(self.steps)
+        return self.decoded if self.columns is not None else len(self.steps)
 
 
-PARALLEL_CHECK_RECORDS = 100_000
-"""Files with this many records check their CRCs on a second thread while the records are decoded."""
+PARALLEL_CHECK_RECORDS = 8_000
+"""Blocks with this many records check their CRCs on a second thread while the records are decoded."""
 
 
 SPECULATE_MAX_PERIOD = 64
@@ -113,7 +154,7 @@ def _period(recent: list[int]) -> int:
     return 0
 
 
-def _walk(data: bytes) -> tuple[np.ndarray, np.ndarray, bool, int | None]:
+def _walk(data: bytes | np.ndarray) -> tuple[np.ndarray, np.ndarray, bool, int | None]:
     """Record offsets, payload lengths, ``truncated`` (the data ends inside a record) and, when the last
     record's length points past the end and fails its checksum, that record's offset (corrupt, not cut).
 
@@ -124,6 +165,7 @@ def _walk(data: bytes) -> tuple[np.ndarray, np.ndarray, bool, int | None]:
     record-by-record walk finds there), and the walk goes on one record at a time from the first miss.
     """
     unpack = struct.Struct("<Q").unpack_from
+    raw = data.data if isinstance(data, np.ndarray) else data
     size = len(data)
     last_header = size - _HEADER
     frame = _HEADER + _FOOTER
@@ -172,7 +214,7 @@ def _walk(data: bytes) -> tuple[np.ndarray, np.ndarray, bool, int | None]:
         # ends where the next one starts (inside the data), so only the last one can be incomplete.
         while wait > 0 and pos <= last_header:
             append(pos)
-            length = unpack(data, pos)[0] + frame
+            length = unpack(raw, pos)[0] + frame
             walk(length)
             pos += length
             wait -= 1
@@ -192,7 +234,7 @@ def _walk(data: bytes) -> tuple[np.ndarray, np.ndarray, bool, int | None]:
     return begin, lengths, truncated, bad_tail
 
 
-def _check_crcs(data: bytes, starts: np.ndarray, lengths: np.ndarray, path: Path, offset: int) -> None:
+def _check_crcs(data: bytes | np.ndarray, starts: np.ndarray, lengths: np.ndarray, path: Path, offset: int) -> None:
     if not len(starts):
         return
     buf = np.frombuffer(data, dtype=np.uint8)
@@ -210,7 +252,7 @@ def _check_crcs(data: bytes, starts: np.ndarray, lengths: np.ndarray, path: Path
     if NATIVE_CRC is not None:
         for i in np.flatnonzero(~small):
             begin = int(payload_starts[i])
-            if masked_crc32c(data[begin : begin + int(lengths[i])]) != int(stored[i]):
+            if masked_crc32c(bytes(buf[begin : begin + int(lengths[i])])) != int(stored[i]):
                 _corrupt(path, offset + int(starts[i]), "data")
 
 
@@ -259,52 +301,186 @@ def read_from(path: Path, start: int) -> bytes:
         raise InputError(f"{path}: cannot read file ({exc.strerror or exc})") from exc
 
 
-def read_event_file(path: str | Path, *, start: int = 0) -> EventFileRead:
-    """Read the scalars of one event file from byte ``start`` on (0: the whole file)."""
-    from tensorboard.compat.proto.event_pb2 import Event
+CHUNK_BYTES = 1 << 20
+"""Bytes of an event file decoded at a time. The read holds one such block (and the temporaries of its records)
+besides the points: memory does not grow with the file. A record longer than a block gets a block of its size."""
+_ROOM = 4 * PADDED_MAX_WORDS
+"""Bytes kept past the end of a block: the fixed-width gathers of the CRC and the decoding read that far."""
 
-    path = input_path(path)  # a RemotePath stays one
-    data = read_from(path, start)
-    starts, lengths, truncated, bad_tail = _walk(data)
-    # The checksums and the decoding are independent array work that releases the GIL: the checks run on a
-    # second thread while the records are decoded, and their verdict comes first (the first bad record, if the
-    # walk went astray before).
-    if len(starts) >= PARALLEL_CHECK_RECORDS:
-        from concurrent.futures import ThreadPoolExecutor
 
-        with ThreadPoolExecutor(1, thread_name_prefix="collapse-doctor-crc") as pool:
-            checked = pool.submit(_check_crcs, data, starts, lengths, path, start)
-            try:
-                fast = decode_simple_values(data, starts + _HEADER, lengths)
-            except Exception:
-                checked.result()  # a bad checksum is the error to report, not what decoding it ran into
-                raise
-            checked.result()  # a bad checksum is raised here, before anything decoded is used
-    else:
-        _check_crcs(data, starts, lengths, path, start)
-        fast = None
-    if bad_tail is not None:
-        _corrupt(path, start + bad_tail, "length")
-    if fast is None:
-        fast = decode_simple_values(data, starts + _HEADER, lengths)
-    parse = Event.FromString
-    tag_ids: dict[str, int] = {name: i for i, name in enumerate(fast.tag_names)}
-    tag_index: list[int] = []
+class _Source:
+    """The bytes of a file from ``start`` (up to ``stop``), read into a caller's buffer: a local file in blocks, an
+    object in storage in one GET (its bytes then served from memory)."""
+
+    def __init__(self, path: Path, start: int, stop: int | None) -> None:
+        self.path = path
+        self.left = None if stop is None else max(0, stop - start)
+        try:
+            if isinstance(path, RemotePath):
+                data = path.read_from(start)
+                self.handle: io.RawIOBase | io.BytesIO = io.BytesIO(data if stop is None else data[: self.left])
+                self.size = len(self.handle.getbuffer())
+            else:
+                self.handle = path.open("rb", buffering=0)
+                self.size = max(0, os.fstat(self.handle.fileno()).st_size - start)
+                self.handle.seek(start)
+        except OSError as exc:
+            raise InputError(f"{path}: cannot read file ({exc.strerror or exc})") from exc
+        if self.left is not None:
+            self.size = min(self.size, self.left)
+
+    def fill(self, buf: np.ndarray, at: int, until: int) -> int:
+        """Read into ``buf[at:until]`` (fewer bytes only at the end of the data); the number of bytes read."""
+        if self.left is not None:
+            until = min(until, at + self.left)
+        view = buf.data
+        done = at
+        try:
+            while done < until:
+                n = self.handle.readinto(view[done:until])
+                if not n:
+                    break
+                done += n
+        except OSError as exc:
+            raise InputError(f"{self.path}: cannot read file ({exc.strerror or exc})") from exc
+        if self.left is not None:
+            self.left -= done - at
+        return done - at
+
+    def close(self) -> None:
+        self.handle.close()
+
+
+class _TagParts:
+    """One tag's points of a read, gathered block by block."""
+
+    __slots__ = ("count", "first_wall", "last_wall", "steps", "values", "walls", "walls_sorted")
+
+    def __init__(self) -> None:
+        self.steps: list[np.ndarray] = []
+        self.values: list[np.ndarray] = []
+        self.walls: list[np.ndarray] = []
+        self.count = 0
+        self.walls_sorted = True
+        self.first_wall = self.last_wall = float("nan")
+
+    def add(self, steps: np.ndarray, values: np.ndarray, walls: np.ndarray, keep_walls: bool) -> None:
+        self.steps.append(steps)
+        self.values.append(values)
+        if keep_walls:
+            self.walls.append(walls)
+        if not self.count:
+            self.first_wall = float(walls[0])
+        elif not walls[0] >= self.last_wall:  # NaN too: such a tag's duplicates are resolved from its wall times
+            self.walls_sorted = False
+        if self.walls_sorted and len(walls) > 1 and not bool(np.all(walls[1:] >= walls[:-1])):
+            self.walls_sorted = False
+        self.last_wall = float(walls[-1])
+        self.count += len(steps)
+
+    def purge(self, step: int) -> int:
+        """Drop the points at ``step`` or later (a SessionLog START): how many."""
+        dropped = 0
+        for k, piece in enumerate(self.steps):
+            keep = piece < step
+            if keep.all():
+                continue
+            dropped += int(len(keep) - keep.sum())
+            self.steps[k], self.values[k] = piece[keep], self.values[k][keep]
+            if self.walls:
+                self.walls[k] = self.walls[k][keep]
+        return dropped
+
+
+class _Columns:
+    """The points of one read, per tag: small typed pieces per block, joined once at the end (no per-point
+    objects; the steps of tags logged together are one array)."""
+
+    def __init__(self, keep_walls: bool) -> None:
+        self.keep_walls = keep_walls
+        self.tags: dict[str, _TagParts] = {}
+
+    def add(
+        self, names: list[str], tag_ids: np.ndarray, steps: np.ndarray, values: np.ndarray, walls: np.ndarray
+    ) -> None:
+        """Points of one block in record order (``tag_ids`` index ``names``)."""
+        if not len(tag_ids):
+            return
+        counts = np.bincount(tag_ids, minlength=len(names))
+        order = np.argsort(tag_ids, kind="stable")
+        seen: dict[tuple[int, int, int], list[np.ndarray]] = {}
+        lo = 0
+        for tag_id, count in enumerate(counts.tolist()):
+            if not count:
+                continue
+            rows = order[lo : lo + count]
+            lo += count
+            tag_steps = steps[rows]
+            key = (count, int(tag_steps[0]), int(tag_steps[-1]))
+            for other in seen.get(key, ()):
+                if np.array_equal(other, tag_steps):
+                    tag_steps = other  # logged at the same steps as a tag before it: one array
+                    break
+            else:
+                seen.setdefault(key, []).append(tag_steps)
+            parts = self.tags.get(names[tag_id])
+            if parts is None:
+                parts = self.tags[names[tag_id]] = _TagParts()
+            parts.add(tag_steps, values[rows], walls[rows], self.keep_walls)
+
+    def purge(self, step: int) -> int:
+        return sum(parts.purge(step) for parts in self.tags.values())
+
+    def finish(self) -> dict[str, TagColumn]:
+        """Each tag's pieces joined (``float64`` values); tags whose pieces are the same step arrays share one."""
+        joined: dict[tuple[int, ...], np.ndarray] = {}
+        alike: dict[tuple[int, int, int], list[np.ndarray]] = {}
+        out: dict[str, TagColumn] = {}
+        for name, parts in self.tags.items():
+            key = tuple(id(piece) for piece in parts.steps)  # the pieces live until the end of this loop
+            steps = joined.get(key)
+            if steps is None:
+                steps = parts.steps[0] if len(parts.steps) == 1 else np.concatenate(parts.steps)
+                # Blocks end inside a step, so tags logged together need not have the same pieces: compare.
+                found = (len(steps), int(steps[0]), int(steps[-1])) if len(steps) else (0, 0, 0)
+                for other in alike.get(found, ()):
+                    if np.array_equal(other, steps):
+                        steps = other
+                        break
+                else:
+                    alike.setdefault(found, []).append(steps)
+                    steps.flags.writeable = False
+                joined[key] = steps
+            values = np.concatenate(parts.values, dtype=np.float64)
+            parts.values = []
+            walls = np.concatenate(parts.walls) if self.keep_walls else None
+            out[name] = TagColumn(steps, values, parts.walls_sorted, parts.first_wall, parts.last_wall, walls)
+        return out
+
+
+def _parse_other(
+    parse: Callable[[memoryview], Any],
+    view: memoryview,
+    records: np.ndarray,
+    begins: np.ndarray,
+    lengths: np.ndarray,
+    path: Path,
+    offset: int,
+) -> tuple[list[str], list[int], list[float], list[float], list[int], list[tuple[int, int]]]:
+    """The records the array decoding left, through protobuf: their scalar points (tag, step, value, wall time,
+    record) and the ``(record, step)`` of each SessionLog START."""
+    tags: list[str] = []
     steps: list[int] = []
     values: list[float] = []
     walls: list[float] = []
     order: list[int] = []
     session_starts: list[tuple[int, int]] = []
-    view = memoryview(data)
-    rest = np.flatnonzero(~fast.matched)
-    for record, begin, length in zip(
-        rest.tolist(), (starts[rest] + _HEADER).tolist(), lengths[rest].tolist(), strict=True
-    ):
+    for record, begin, length in zip(records.tolist(), begins.tolist(), lengths.tolist(), strict=True):
         try:
             event = parse(view[begin : begin + length])
         except Exception as exc:  # protobuf's DecodeError; a bad payload with a good CRC
             raise InputError(
-                f"{path}: record at byte {start + begin - _HEADER} is not a TensorBoard Event ({exc})",
+                f"{path}: record at byte {offset + begin - _HEADER} is not a TensorBoard Event ({exc})",
                 hint="pass TensorBoard event files (events.out.tfevents.*)",
             ) from exc
         kind = event.WhichOneof("what")
@@ -324,32 +500,171 @@ def read_event_file(path: str | Path, *, start: int = 0) -> EventFileRead:
                     number = scalar
                 else:
                     continue
-                tag = value.tag
-                index = tag_ids.get(tag)
-                if index is None:
-                    index = tag_ids[tag] = len(tag_ids)
-                tag_index.append(index)
+                tags.append(value.tag)
                 steps.append(step)
                 values.append(number)
                 walls.append(wall)
                 order.append(record)
         elif kind == "session_log" and event.session_log.status == _SESSION_START:
             session_starts.append((record, event.step))
-    end = start + (int(starts[-1] + _HEADER + lengths[-1] + _FOOTER) if len(starts) else 0)
+    return tags, steps, values, walls, order, session_starts
+
+
+def read_event_file(
+    path: str | Path, *, start: int = 0, stop: int | None = None, keep_walls: bool = False
+) -> EventFileRead:
+    """Read the scalars of one event file from byte ``start`` on (0: the whole file), up to ``stop`` (the end).
+
+    The file is read :data:`CHUNK_BYTES` at a time into one buffer; each block's records are walked, checked and
+    decoded, and their points added to per-tag typed arrays. Wall times are kept only with ``keep_walls`` (what
+    :func:`merge_reads` asks for when a tag's duplicates cannot be resolved without them).
+    """
+    from tensorboard.compat.proto.event_pb2 import Event
+
+    path = input_path(path)  # a RemotePath stays one
+    source = _Source(path, start, stop)
+    try:
+        return _read_blocks(path, start, source, keep_walls, Event.FromString)
+    finally:
+        source.close()
+
+
+def _read_blocks(
+    path: Path, start: int, source: _Source, keep_walls: bool, parse: Callable[[memoryview], Any]
+) -> EventFileRead:
+    capacity = min(CHUNK_BYTES, max(source.size, _HEADER))
+    buf = np.zeros(capacity + _ROOM, dtype=np.uint8)
+    columns = _Columns(keep_walls)
+    filled = 0  # bytes in buf: an incomplete record carried over, then what was read after it
+    base = start  # the file offset of buf[0]
+    records = decoded = purged = 0
+    session_starts: list[tuple[int, int]] = []
+    pool = None
+    try:
+        while True:
+            got = source.fill(buf, filled, capacity)
+            filled += got
+            at_end = filled < capacity or source.size == base - start + filled
+            buf[filled : filled + _ROOM] = 0
+            starts, lengths, _, bad_tail = _walk(buf[:filled])
+            if len(starts):
+                parallel = len(starts) >= PARALLEL_CHECK_RECORDS
+                if parallel and pool is None:
+                    from concurrent.futures import ThreadPoolExecutor
+
+                    pool = ThreadPoolExecutor(1, thread_name_prefix="collapse-doctor-crc")
+                points, dropped, starts_here = _block(
+                    buf, starts, lengths, path, base, records, columns, parse, pool if parallel else None
+                )
+                decoded += points
+                purged += dropped
+                session_starts += starts_here
+                records += len(starts)
+            if bad_tail is not None:
+                _corrupt(path, base + bad_tail, "length")
+            done = int(starts[-1] + _HEADER + lengths[-1] + _FOOTER) if len(starts) else 0
+            rest = filled - done
+            if at_end:
+                break
+            buf[:rest] = buf[done:filled].copy()
+            base += done
+            filled = rest
+            size = int.from_bytes(buf[:8].tobytes(), "little") + _HEADER + _FOOTER if rest >= _HEADER else 0
+            if size > capacity:  # one record longer than the block (its length checksum is good: _walk checked it)
+                capacity = min(size, rest + source.size - (base - start + rest))
+                capacity = max(capacity, rest + 1)
+                grown = np.zeros(capacity + _ROOM, dtype=np.uint8)
+                grown[:rest] = buf[:rest]
+                buf = grown
+            elif capacity > CHUNK_BYTES and rest < CHUNK_BYTES:
+                smaller = np.zeros(CHUNK_BYTES + _ROOM, dtype=np.uint8)
+                smaller[:rest] = buf[:rest]
+                buf, capacity = smaller, CHUNK_BYTES
+    finally:
+        if pool is not None:
+            pool.shutdown()
+    tags = columns.finish()
     return EventFileRead(
         path=path,
         start=start,
-        end=end,
-        records=len(starts),
-        truncated=truncated,
-        tag_names=list(tag_ids),
-        tag_index=np.concatenate([fast.tag_index, np.asarray(tag_index, dtype=np.int32)]),
-        steps=np.concatenate([fast.steps, np.asarray(steps, dtype=np.int64)]),
-        values=np.concatenate([fast.values, np.asarray(values, dtype=np.float64)]),
-        wall_times=np.concatenate([fast.wall_times, np.asarray(walls, dtype=np.float64)]),
-        order=np.concatenate([fast.records.astype(np.int64), np.asarray(order, dtype=np.int64)]),
+        end=base + done,
+        records=records,
+        truncated=rest > 0,
+        tag_names=list(tags),
         session_starts=session_starts,
+        columns=tags,
+        purged=purged,
+        decoded=decoded,
     )
+
+
+def _block(
+    buf: np.ndarray,
+    starts: np.ndarray,
+    lengths: np.ndarray,
+    path: Path,
+    base: int,
+    first_record: int,
+    columns: _Columns,
+    parse: Callable[[memoryview], Any],
+    pool: Any,
+) -> tuple[int, int, list[tuple[int, int]]]:
+    """Check, decode and gather the complete records of one block: (points, points purged, SessionLog STARTs).
+
+    The checksums and the decoding are independent array work that releases the GIL: with a ``pool`` the checks
+    run on its thread while the records are decoded, and their verdict comes first (the first bad record, whatever
+    the decoding ran into)."""
+    payloads = starts + _HEADER
+    if pool is not None:
+        checked = pool.submit(_check_crcs, buf, starts, lengths, path, base)
+        try:
+            fast = decode_simple_values(buf, payloads, lengths)
+        except Exception:
+            checked.result()  # a bad checksum is the error to report, not what decoding it ran into
+            raise
+        checked.result()  # a bad checksum is raised here, before anything decoded is used
+    else:
+        _check_crcs(buf, starts, lengths, path, base)
+        fast = decode_simple_values(buf, payloads, lengths)
+    rest = np.flatnonzero(~fast.matched)
+    names = fast.tag_names
+    tag_ids, steps, values, walls = fast.tag_index, fast.steps, fast.values, fast.wall_times
+    record = fast.records
+    session_starts: list[tuple[int, int]] = []
+    if len(rest):
+        other_tags, other_steps, other_values, other_walls, other_records, session_starts = _parse_other(
+            parse, buf.data, rest, payloads[rest], lengths[rest], path, base
+        )
+        if other_tags:
+            ids = {name: i for i, name in enumerate(names)}
+            names = list(names)
+            other_ids = [ids.setdefault(tag, len(ids)) for tag in other_tags]
+            names += list(ids)[len(names) :]
+            tag_ids = np.concatenate([tag_ids, np.asarray(other_ids, dtype=np.int32)])
+            steps = np.concatenate([steps, np.asarray(other_steps, dtype=np.int64)])
+            values = np.concatenate([values, np.asarray(other_values, dtype=np.float64)])
+            walls = np.concatenate([walls, np.asarray(other_walls, dtype=np.float64)])
+            record = np.concatenate([record, np.asarray(other_records, dtype=np.int64)])
+            order = np.argsort(record, kind="stable")  # record order; a record's own values in their order
+            tag_ids, steps, values, walls, record = (
+                tag_ids[order],
+                steps[order],
+                values[order],
+                walls[order],
+                record[order],
+            )
+    points = len(steps)
+    purged = 0
+    if session_starts:
+        # A START at record r purges what was logged before it at its step or later: the earlier blocks' points,
+        # and this block's before r.
+        keep = np.ones(points, dtype=bool)
+        for at, step in session_starts:
+            keep &= ~((record < at) & (steps >= step))
+        purged = columns.purge(min(step for _, step in session_starts)) + int(points - keep.sum())
+        tag_ids, steps, values, walls = tag_ids[keep], steps[keep], values[keep], walls[keep]
+    columns.add(names, tag_ids, steps, values, walls)
+    return points, purged, [(first_record + at, step) for at, step in session_starts]
 
 
 @dataclass
@@ -392,53 +707,131 @@ class ScalarLog:
 
 
 def merge_reads(reads: Sequence[EventFileRead]) -> ScalarLog:
-    """Combine the reads of one run's files (in the order given): purges, then latest wall time per step."""
-    names: dict[str, int] = {}
-    parts_tag, parts_step, parts_value, parts_wall, parts_seq = [], [], [], [], []
-    seq_offset = 0
-    purge_marks: list[tuple[int, int]] = []
-    for read in reads:
-        remap = np.asarray([names.setdefault(n, len(names)) for n in read.tag_names], dtype=np.int32)
-        parts_tag.append(remap[read.tag_index] if len(read.tag_index) else read.tag_index)
-        parts_step.append(read.steps)
-        parts_value.append(read.values)
-        parts_wall.append(read.wall_times)
-        parts_seq.append(read.order + seq_offset)
-        purge_marks += [(record + seq_offset, step) for record, step in read.session_starts]
-        seq_offset += read.records + 1
-    tag = np.concatenate(parts_tag) if parts_tag else np.zeros(0, np.int32)
-    step = np.concatenate(parts_step) if parts_step else np.zeros(0, np.int64)
-    value = np.concatenate(parts_value) if parts_value else np.zeros(0)
-    wall = np.concatenate(parts_wall) if parts_wall else np.zeros(0)
-    seq = np.concatenate(parts_seq) if parts_seq else np.zeros(0, np.int64)
-    total = len(step)
-    keep = np.ones(total, dtype=bool)
-    for mark, start_step in purge_marks:
+    """Combine the reads of one run's files (in the order given; a file's successive parts in their order):
+    SessionLog purges, then the latest wall time per (tag, step).
+
+    A START in a read purges the points of every earlier read at its step or later (its own read's earlier points
+    were purged when it was read). A tag whose steps keep rising needs nothing more; a step logged again keeps its
+    last point when the tag's wall times never decrease, else the point with the latest wall time (then, rarely,
+    a read that did not keep its wall times is read again with them)."""
+    reads = list(reads)
+    merged = _merge(reads)
+    if isinstance(merged, set):
+        for i in merged:
+            read = reads[i]
+            reads[i] = read_event_file(read.path, start=read.start, stop=read.end, keep_walls=True)
+        merged = _merge(reads)
+        assert isinstance(merged, ScalarLog)
+    return merged
+
+
+def _flat_columns(read: EventFileRead) -> tuple[dict[str, TagColumn], int]:
+    """A flat read (other formats) in column form, its own SessionLog purges applied: (columns, points purged)."""
+    tag, step, seq = read.tag_index, read.steps, read.order
+    keep = np.ones(len(step), dtype=bool)
+    for mark, start_step in read.session_starts:
         keep &= ~((seq < mark) & (step >= start_step))
-    purged = int(total - keep.sum())
-    tag, step, value, wall, seq = tag[keep], step[keep], value[keep], wall[keep], seq[keep]
-    # Sort by tag, step, wall time, record order; the last of each (tag, step) is the latest.
-    order = np.lexsort((seq, wall, step, tag))
-    tag, step, value = tag[order], step[order], value[order]
-    last = np.ones(len(step), dtype=bool)
-    if len(step) > 1:
-        last[:-1] = (tag[1:] != tag[:-1]) | (step[1:] != step[:-1])
-    duplicates = int(len(step) - last.sum())
-    by_index = {i: n for n, i in names.items()}
-    dropped = np.bincount(tag[~last], minlength=len(names)) if duplicates else np.zeros(0, np.int64)
-    duplicate_tags = {by_index[i]: int(c) for i, c in enumerate(dropped.tolist()) if c}
-    tag, step, value = tag[last], step[last], value[last]
+    rows = np.flatnonzero(keep)
+    rows = rows[np.lexsort((seq[rows], tag[rows]))]  # by tag, then record (ties in the order given)
+    columns: dict[str, TagColumn] = {}
+    counts = np.bincount(tag[rows], minlength=len(read.tag_names)) if len(rows) else np.zeros(0, np.int64)
+    lo = 0
+    for index, count in enumerate(counts.tolist()):
+        if not count:
+            continue
+        part = rows[lo : lo + count]
+        lo += count
+        walls = np.asarray(read.wall_times[part], dtype=np.float64)
+        columns[read.tag_names[index]] = TagColumn(
+            steps=np.asarray(step[part], dtype=np.int64),
+            values=np.asarray(read.values[part], dtype=np.float64),
+            walls_sorted=bool(np.all(walls[1:] >= walls[:-1])),
+            first_wall=float(walls[0]),
+            last_wall=float(walls[-1]),
+            walls=walls,
+        )
+    return columns, int(len(step) - len(rows))
+
+
+def _kept_points(steps: np.ndarray, walls: np.ndarray | None) -> np.ndarray:
+    """Positions of the point kept for each step, in step order: the latest wall time, then the last logged (with
+    ``walls`` None the wall times never decrease: the last logged).
+
+    >>> _kept_points(np.array([1, 2, 2, 0]), None).tolist()
+    [3, 0, 2]
+    >>> _kept_points(np.array([2, 2]), np.array([5.0, 4.0])).tolist()
+    [0]
+    """
+    order = np.argsort(steps, kind="stable") if walls is None else np.lexsort((walls, steps))
+    ordered = steps[order]
+    last = np.ones(len(order), dtype=bool)
+    last[:-1] = ordered[1:] != ordered[:-1]
+    return order[last]
+
+
+def _merge(reads: list[EventFileRead]) -> ScalarLog | set[int]:
+    """:func:`merge_reads`, or the reads whose wall times the duplicates of some tag need."""
+    per_tag: dict[str, list[tuple[int, TagColumn]]] = {}
+    purged = 0
+    bounds: list[float] = []
+    for i, read in enumerate(reads):
+        if read.columns is None:
+            columns, own = _flat_columns(read)
+        else:
+            columns, own = read.columns, read.purged
+        purged += own
+        for name, column in columns.items():
+            per_tag.setdefault(name, []).append((i, column))
+        bounds.append(min((float(step) for _, step in read.session_starts), default=np.inf))
+    # later[i]: the lowest step from which a START in a read after read i purges (inf: none)
+    later = np.minimum.accumulate(np.asarray([*bounds[1:], np.inf])[::-1])[::-1]
+    need: set[int] = set()
     tags: dict[str, TagPoints] = {}
-    bounds = np.flatnonzero(np.diff(tag)) + 1 if len(tag) else np.zeros(0, np.int64)
-    for lo, hi in zip(np.concatenate([[0], bounds]), np.concatenate([bounds, [len(tag)]]), strict=True):
-        if hi > lo:
-            tags[by_index[int(tag[lo])]] = TagPoints(step[lo:hi].copy(), value[lo:hi].copy())
+    duplicate_tags: dict[str, int] = {}
+    for name, parts in per_tag.items():
+        steps_parts, values_parts, walls_parts = [], [], []
+        for i, column in parts:
+            steps, values, walls = column.steps, column.values, column.walls
+            if later[i] < np.inf:
+                keep = steps < later[i]
+                if not keep.all():
+                    purged += int(len(keep) - keep.sum())
+                    steps, values = steps[keep], values[keep]
+                    walls = None if walls is None else walls[keep]
+            steps_parts.append(steps)
+            values_parts.append(values)
+            walls_parts.append(walls)
+        steps = steps_parts[0] if len(parts) == 1 else np.concatenate(steps_parts)
+        values = values_parts[0] if len(parts) == 1 else np.concatenate(values_parts)
+        if not len(steps):
+            continue
+        if len(steps) > 1 and not bool(np.all(steps[1:] > steps[:-1])):
+            shown = [column for _, column in parts if len(column.steps)]
+            in_order = all(c.walls_sorted for c in shown) and all(
+                later_column.first_wall >= column.last_wall for column, later_column in pairwise(shown)
+            )
+            if in_order:
+                kept = _kept_points(steps, None)
+            elif all(w is not None for w in walls_parts):
+                kept = _kept_points(steps, np.concatenate([w for w in walls_parts if w is not None]))
+            else:
+                need.update(i for (i, _), w in zip(parts, walls_parts, strict=True) if w is None)
+                continue
+            if len(kept) < len(steps):
+                duplicate_tags[name] = len(steps) - len(kept)
+            steps, values = steps[kept], values[kept]
+        tags[name] = TagPoints(steps, values)
+    if need:
+        return need
+    last_read: dict[Path, EventFileRead] = {}
+    for read in reads:
+        last_read[read.path] = read
     return ScalarLog(
-        files=tuple(r.path for r in reads),
+        files=tuple(last_read),
         tags=dict(sorted(tags.items())),
-        points=total,
-        duplicates=duplicates,
-        duplicate_tags=duplicate_tags,
+        points=sum(read.points for read in reads),
+        duplicates=sum(duplicate_tags.values()),
+        duplicate_tags=dict(sorted(duplicate_tags.items())),
         purged=purged,
-        truncated=tuple(r.path for r in reads if r.truncated),
+        truncated=tuple(path for path, read in last_read.items() if read.truncated),
     )

@@ -79,12 +79,16 @@ def theil_sen_slope(steps: np.ndarray, values: np.ndarray) -> float:
     1.0
     """
     x, y = thin(steps, values)
-    i, j = np.triu_indices(len(x), k=1)
-    dx = x[j] - x[i]
-    ok = dx != 0
-    if not ok.any():
+    # the pairs (i, i + k) one offset at a time: the slopes only, no index arrays of every pair (n^2 int64)
+    slopes = []
+    for k in range(1, len(x)):
+        dx = x[k:] - x[:-k]
+        ok = dx != 0
+        slopes.append((y[k:] - y[:-k])[ok] / dx[ok])
+    every = np.concatenate(slopes) if slopes else np.empty(0)
+    if not len(every):
         return float("nan")
-    return float(np.median((y[j] - y[i])[ok] / dx[ok]))
+    return float(np.median(every, overwrite_input=True))
 
 
 def mann_kendall(values: np.ndarray) -> tuple[float, float]:
@@ -104,8 +108,7 @@ def mann_kendall(values: np.ndarray) -> tuple[float, float]:
     n = len(y)
     if n < 3:
         return 0.0, 1.0
-    i, j = np.triu_indices(n, k=1)
-    s = float(np.sum(np.sign(y[j] - y[i])))
+    s = float(sum(int(np.sign(y[k:] - y[:-k]).sum()) for k in range(1, n)))  # rising minus falling pairs
     _, counts = np.unique(y, return_counts=True)
     ties = counts[counts > 1].astype(np.float64)
     var = (n * (n - 1) * (2 * n + 5) - float(np.sum(ties * (ties - 1) * (2 * ties + 5)))) / 18.0
