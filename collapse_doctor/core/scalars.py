@@ -49,6 +49,18 @@ PCT_ALL_FAIL = "pct_all_fail"
 PCT_ALL_PASS = "pct_all_pass"
 PASS_RATE = "dynamic_filtering_pass_rate"
 """OpenRLHF's share (in percent) of prompts whose group passed dynamic filtering (mean reward inside the range)."""
+FILTERED_GROUPS = "filtered_groups"
+"""Groups generated and then dropped by dynamic sampling because the filter metric was the same for every member
+(verl ``training/filter_groups/evicted_samples``: a count of prompt groups, whatever its name says)."""
+SURPLUS_GROUPS = "surplus_groups"
+"""Groups generated with signal beyond the trained batch and discarded (verl
+``training/filter_groups/discarded_surplus_samples``, groups too)."""
+TRAINED_GROUPS = "trained_groups"
+"""Groups in the trained batch (verl ``data.train_batch_size``), logged by the verl hook beside verl's metrics."""
+GEN_BATCHES = "gen_batches"
+"""Generation batches it took to fill one trained batch (NeMo-RL ``dynamic_sampling_num_gen_batches``)."""
+DYNAMIC_SAMPLING_SERIES = (FILTERED_GROUPS, SURPLUS_GROUPS, GEN_BATCHES, PASS_RATE)
+"""Series that only a run with dynamic sampling logs: such a run trains on groups with signal by construction."""
 TRUNCATED_SHARE = "truncated_share"
 """Share of completions cut at the length cap (they ended without EOS): TRL ``completions/clipped_ratio``, verl
 ``response_length/clip_ratio``, OpenRLHF ``rollout/truncated_rate``, NeMo-RL ``truncation_rate``."""

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
+from collapse_doctor.core.numbers import pct
 from collapse_doctor.core.scalars import (
     ADVANTAGE_MAX,
     ADVANTAGE_MEAN,
@@ -44,6 +45,8 @@ from collapse_doctor.core.scalars import (
     COMPLETION_LENGTH,
     ENTROPY,
     EVAL_SCORE,
+    FILTERED_GROUPS,
+    GEN_BATCHES,
     GRAD_NORM,
     KL,
     LEARNING_RATE,
@@ -53,6 +56,8 @@ from collapse_doctor.core.scalars import (
     PCT_ALL_PASS,
     REWARD,
     REWARD_STD,
+    SURPLUS_GROUPS,
+    TRAINED_GROUPS,
     TRUNCATED_SHARE,
     ZERO_STD_SHARE,
     ScalarSeries,
@@ -109,8 +114,16 @@ TAG_MAPS: Mapping[str, tuple[TagRule, ...]] = {
     # verl's trainer metrics (compute_data_metrics, actor update), same names in TensorBoard and file logger.
     "verl": _rules(
         [
+            # The only per-reward training series verl logs (ray_trainer.py, adv_estimator=gdpo with
+            # algorithm.gdpo_reward_keys): np.mean / np.std (ddof 0) / max / min of each key over the batch.
             (r"gdpo/(?P<ch>[^/]+)/mean", CHANNEL_MEAN + "{ch}"),
             (r"gdpo/(?P<ch>[^/]+)/std", CHANNEL_STD + "{ch}"),
+            (r"gdpo/(?P<ch>[^/]+)/max", CHANNEL_MAX + "{ch}"),
+            (r"gdpo/(?P<ch>[^/]+)/min", CHANNEL_MIN + "{ch}"),
+            # Dynamic sampling (algorithm.filter_groups, v1 ReplayBuffer): counts of prompt groups per step,
+            # logged only at steps where some were dropped.
+            (r"training/filter_groups/evicted_samples", FILTERED_GROUPS),
+            (r"training/filter_groups/discarded_surplus_samples", SURPLUS_GROUPS),
             (r"critic/score/mean", REWARD),
             (r"critic/rewards/mean", REWARD),
             (r"critic/advantages/mean", ADVANTAGE_MEAN),
@@ -159,6 +172,9 @@ TAG_MAPS: Mapping[str, tuple[TagRule, ...]] = {
             (r"train/grad_norm", GRAD_NORM),
             (r"train/mean_gen_tokens_per_sample", COMPLETION_LENGTH),
             (r"train/truncation_rate", TRUNCATED_SHARE),  # rollout metrics: samples cut at the token budget
+            (r"train/dynamic_sampling_num_gen_batches", GEN_BATCHES),  # grpo.use_dynamic_sampling
+            # Per-component rewards are `reward/<name>` batch columns (GDPO); logged, they read as channels.
+            (r"train/reward/(?P<ch>[^/]+)", CHANNEL_MEAN + "{ch}"),
         ]
     ),
 }
@@ -189,16 +205,19 @@ MONITOR_RULES = _rules(
         (_OWN + r"reward_max/(?P<ch>[^/]+)", CHANNEL_MAX + "{ch}"),
         (_OWN + r"group_std/(?P<ch>[^/]+)", CHANNEL_GROUP_STD + "{ch}"),
         (_OWN + r"aggregation_gdpo", AGGREGATION_GDPO),
+        (_OWN + r"trained_groups", TRAINED_GROUPS),  # the verl hook: data.train_batch_size under filter_groups
     ]
 )
 
 _DISTINCTIVE: Mapping[str, re.Pattern[str]] = {
     "trl": re.compile(r"train/(frac_reward_zero_std|reward_std|rewards/.+|completions/.+|clip_ratio/.+)"),
-    "verl": re.compile(r"(critic|actor|gdpo|response_length)/.+"),
+    "verl": re.compile(r"(critic|actor|gdpo|response_length|training/filter_groups)/.+"),
     "openrlhf": re.compile(
         r"train/(group_reward_std|policy_loss|ppo_clip_ratio|dynamic_filtering_pass_rate|rollout/.+)"
     ),
-    "nemo_rl": re.compile(r"train/(baseline_reward/.+|advantages/.+|approx_entropy|kl_penalty)"),
+    "nemo_rl": re.compile(
+        r"train/(baseline_reward/.+|advantages/.+|approx_entropy|kl_penalty|dynamic_sampling_num_gen_batches)"
+    ),
 }
 
 
@@ -276,6 +295,7 @@ def scalar_series(
         mapping.setdefault(name, tag)  # collapse-doctor's own monitor, when the trainer does not log it
     series = {name: raw[tag] for name, tag in mapping.items()}
     tags = dict(mapping)
+    _fill_filter_counts(series)
     if ZERO_STD_SHARE not in series:
         fail, ok = series.get(PCT_ALL_FAIL), series.get(PCT_ALL_PASS)
         if fail is not None and ok is not None:
@@ -284,14 +304,107 @@ def scalar_series(
             tags[ZERO_STD_SHARE] = f"({mapping[PCT_ALL_FAIL]} + {mapping[PCT_ALL_PASS]}) / 100"
         elif PASS_RATE in series:
             rate = series[PASS_RATE]
-            series[ZERO_STD_SHARE] = TagPoints(rate.steps, 1.0 - rate.values)
-            tags[ZERO_STD_SHARE] = f"1 - {mapping[PASS_RATE]}"
+            percent = _in_percent(rate.values)
+            series[ZERO_STD_SHARE] = TagPoints(rate.steps, 1.0 - rate.values / (100.0 if percent else 1.0))
+            tags[ZERO_STD_SHARE] = f"1 - {mapping[PASS_RATE]}" + (" / 100" if percent else "")
+        elif FILTERED_GROUPS in series and TRAINED_GROUPS in series:
+            steps, dropped, surplus, trained = _generated(series)
+            with np.errstate(invalid="ignore", divide="ignore"):
+                share = dropped / (dropped + surplus + trained)
+            series[ZERO_STD_SHARE] = TagPoints(steps, share)
+            parts = [tags[n] for n in (FILTERED_GROUPS, SURPLUS_GROUPS, TRAINED_GROUPS) if n in tags]
+            tags[ZERO_STD_SHARE] = f"{tags[FILTERED_GROUPS]} / ({' + '.join(parts)})"
     return ScalarSeries(
         framework=framework,
         series=dict(sorted(series.items())),
         tags=tags,
         points=points,
         sources=tuple(sources),
-        notes=list(notes),
+        notes=list(notes) + dynamic_sampling_notes(series, tags),
         raw_tags=tuple(sorted(raw)),
     )
+
+
+def _in_percent(values: np.ndarray) -> bool:
+    """OpenRLHF logs its pass rate in percent (``valid_groups / total_groups * 100``, filter_hooks.py); a series
+    that never exceeds 1 is read as a fraction (older or patched loggers)."""
+    finite = values[np.isfinite(values)]
+    return bool(len(finite)) and float(finite.max()) > 1.0
+
+
+def _fill_filter_counts(series: dict[str, TagPoints]) -> None:
+    """verl logs ``filter_groups/*`` counts only at steps where some group was dropped: 0 at the run's other
+    training steps (those with a reward point)."""
+    reward = series.get(REWARD)
+    if reward is None:
+        return
+    for name in (FILTERED_GROUPS, SURPLUS_GROUPS):
+        points = series.get(name)
+        if points is None:
+            continue
+        steps = np.union1d(reward.steps, points.steps)
+        values = np.zeros(len(steps))
+        values[np.searchsorted(steps, points.steps)] = points.values
+        series[name] = TagPoints(steps, values)
+
+
+def _generated(series: Mapping[str, TagPoints]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Steps with a trained-batch size, and per step the groups dropped as constant, dropped as surplus, trained."""
+    trained = series[TRAINED_GROUPS]
+    steps = trained.steps
+    out = []
+    for name in (FILTERED_GROUPS, SURPLUS_GROUPS):
+        points = series.get(name)
+        values = np.zeros(len(steps))
+        if points is not None:
+            _, at, theirs = np.intersect1d(steps, points.steps, return_indices=True)
+            values[at] = points.values[theirs]
+        out.append(values)
+    return steps, out[0], out[1], trained.values.astype(np.float64)
+
+
+def dynamic_sampling_notes(series: Mapping[str, TagPoints], tags: Mapping[str, str]) -> list[str]:
+    """One line on the generation a run with dynamic sampling spent on groups it never trained (none without).
+
+    >>> from collapse_doctor.core.scalars import TagPoints
+    >>> s = {FILTERED_GROUPS: TagPoints(np.arange(1, 3), np.array([8.0, 24.0])),
+    ...      TRAINED_GROUPS: TagPoints(np.arange(1, 3), np.array([32.0, 32.0]))}
+    >>> dynamic_sampling_notes(s, {FILTERED_GROUPS: "training/filter_groups/evicted_samples"})[0][:96]
+    'dynamic sampling (`training/filter_groups/evicted_samples`): 32 groups dropped as constant over '
+    """
+    lead = "the trained batch holds groups with signal only, so the cost is generation spent on groups that never train"
+    if FILTERED_GROUPS in series:
+        dropped = series[FILTERED_GROUPS]
+        total, count = float(np.nansum(dropped.values)), len(dropped.steps)
+        line = (
+            f"dynamic sampling (`{tags.get(FILTERED_GROUPS, FILTERED_GROUPS)}`): {total:,.0f} groups dropped as "
+            f"constant over {count} steps ({total / max(count, 1):.1f} per step)"
+        )
+        surplus = series.get(SURPLUS_GROUPS)
+        if surplus is not None:
+            line += f", {float(np.nansum(surplus.values)):,.0f} more generated beyond the batch and discarded"
+        if TRAINED_GROUPS in series:
+            _, filtered, extra, trained = _generated(series)
+            generated = float(np.nansum(filtered + extra + trained))
+            if generated > 0:
+                line += f"; {pct(float(np.nansum(filtered + extra)) / generated)} of the generated groups never trained"
+        return [f"{line}: {lead}"]
+    if GEN_BATCHES in series:
+        batches = series[GEN_BATCHES].values
+        finite = batches[np.isfinite(batches) & (batches >= 1)]
+        if len(finite):
+            never = float(np.mean(1.0 - 1.0 / finite))
+            return [
+                f"dynamic sampling (`{tags.get(GEN_BATCHES, GEN_BATCHES)}`): {float(finite.mean()):.2f} generation "
+                f"batches per trained batch, {pct(never)} of the generated groups never trained: {lead}"
+            ]
+    if PASS_RATE in series:
+        rate = series[PASS_RATE].values
+        finite = rate[np.isfinite(rate)]
+        if len(finite):
+            passed = float(finite.mean()) / (100.0 if _in_percent(rate) else 1.0)
+            return [
+                f"dynamic filtering (`{tags.get(PASS_RATE, PASS_RATE)}`): {pct(1.0 - passed)} of the generated "
+                f"groups were dropped by the filter: {lead}"
+            ]
+    return []

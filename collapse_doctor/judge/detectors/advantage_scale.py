@@ -165,9 +165,11 @@ class AdvantageStdShift(ScalarDetector):
                 )
             narrows = f"{label} narrows as the reward rises"
             title = f"{label} collapses toward 0" if severity > Severity.INFO else narrows
+            filters = ctx.scalars is not None and any(n in ctx.scalars for n in S.DYNAMIC_SAMPLING_SERIES)
             remedy = Remedy(
-                f"filter all-pass/all-fail prompts (dynamic sampling), raise {MORE_GENERATIONS.trl} or the "
-                f"{HOTTER.trl}, or add a graded reward; scan the rollouts to find the saturated channel",
+                ("" if filters else "filter all-pass/all-fail prompts (dynamic sampling), ")
+                + f"raise {MORE_GENERATIONS.trl} or the {HOTTER.trl}, or add a graded reward; scan the rollouts to "
+                "find the saturated channel",
                 (MORE_GENERATIONS, HOTTER),
             )
         return self.finding(

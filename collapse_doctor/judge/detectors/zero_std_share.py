@@ -37,6 +37,13 @@ MIXED_REMEDY = Remedy(
 )
 """Both all-pass and all-fail groups, or a split the log does not give: what helps either way (the prompt fixes of
 the two causes are opposite, so neither is proposed without knowing which prompts are which)."""
+FILTERED_REMEDY = Remedy(
+    "dynamic sampling is on already (the trained batch holds groups with signal only): spend less generation on "
+    "dropped groups: take prompts that every completion solves or fails out of the data (an offline pass-rate "
+    f"filter or a curriculum), or raise {MORE_GENERATIONS.trl} so that fewer groups come out constant",
+    (MORE_GENERATIONS,),
+)
+"""A run that filters already: never told to add dynamic sampling."""
 CANCEL_REMEDY = (
     "channels that cancel (two complementary checks summing to a constant): merge them into one graded reward or "
     "give them unequal weights"
@@ -50,9 +57,11 @@ class ZeroStdShare(ScalarDetector):
     What it detects
         The logged share of rollouts in groups whose rewards have zero standard deviation: TRL's
         `frac_reward_zero_std`, NeMo-RL's `baseline_reward/pct_0 + pct_1` (in percent: all-fail and
-        all-pass prompts, for rewards in [0, 1]), or one minus OpenRLHF's `dynamic_filtering_pass_rate`
-        (groups its dynamic filter dropped). It fires when the share, averaged over twice the
-        persistence window, stays above a threshold. What TRL's number means depends on the aggregation:
+        all-pass prompts, for rewards in [0, 1]), one minus OpenRLHF's `dynamic_filtering_pass_rate`
+        (groups its dynamic filter dropped), or verl's `filter_groups/evicted_samples` over the groups generated
+        (dropped, surplus and trained: the verl hook logs the trained batch size). It fires when the share,
+        averaged over twice the persistence window, stays above a threshold. What TRL's number means depends on
+        the aggregation:
         under GRPO with per-group scaling it is the share of rows in zero-std groups (exact); under GDPO
         (`normalize_then_sum`) and under batch-scaled GRPO (`scale_rewards="batch"`) TRL flags the whole
         batch (every rollout or none), so a logged point is the share of the step's generation batches in
@@ -84,7 +93,10 @@ class ZeroStdShare(ScalarDetector):
         the split unknown: filter groups whose rewards are all equal (dynamic sampling) or raise
         num_generations, never harder and easier prompts together; with the split unknown, scan the
         completions (TRL's completions parquet) to tell which prompts are which. Channels that cancel: merge
-        them into one graded reward or give them unequal weights.
+        them into one graded reward or give them unequal weights. A run with dynamic sampling (verl
+        `filter_groups`, NeMo-RL dynamic sampling, OpenRLHF dynamic filtering) trains on groups with signal only:
+        take prompts every completion solves or fails out of the data, or raise num_generations; it is never told
+        to add dynamic sampling.
     """
 
     code = "CD504"
@@ -118,7 +130,7 @@ class ZeroStdShare(ScalarDetector):
             title = "most generated groups are filtered out"
             message = (
                 f"{pct(level)} of the generated groups were dropped by dynamic filtering ({span}, from `{tag}`): "
-                "their mean reward fell outside the kept range, so generation is spent on groups that never train."
+                "their rewards did not differ enough to train on, so generation is spent on groups that never train."
             )
         elif reading == "batch":
             severity = Severity.CRITICAL if critical else Severity.WARNING
@@ -136,7 +148,9 @@ class ZeroStdShare(ScalarDetector):
                 f"from `{tag}`): their advantages are exactly 0."
             )
         split = self._split(ctx, steps[stretch[0]], steps[stretch[1]])
-        if split is not None:
+        if reading == "filtered":
+            remedy = Remedy.join(FILTERED_REMEDY)
+        elif split is not None:
             fail, ok = split
             evidence |= {"all_fail_share": fail, "all_pass_share": ok}
             message += f" All-fail: {pct(fail)}, all-pass: {pct(ok)}."
@@ -173,7 +187,7 @@ class ZeroStdShare(ScalarDetector):
         """``groups`` (share of rows in zero-std groups), ``batch`` (TRL's whole-batch flag) or ``filtered``."""
         assert ctx.scalars is not None
         tag = tag_of(ctx, S.ZERO_STD_SHARE)
-        if tag.startswith("1 - "):
+        if tag.startswith("1 - ") or any(name in ctx.scalars for name in S.DYNAMIC_SAMPLING_SERIES):
             return "filtered"
         if ctx.scalars.framework != "trl" or tag != "train/frac_reward_zero_std":
             return "groups"

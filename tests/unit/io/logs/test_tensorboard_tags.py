@@ -48,7 +48,7 @@ FRAMEWORK_TAGS = {
         "gdpo/format/mean": S.CHANNEL_MEAN + "format",
         "gdpo/format/std": S.CHANNEL_STD + "format",
         "gdpo/correct/std": S.CHANNEL_STD + "correct",
-        "gdpo/correct/max": None,
+        "gdpo/correct/max": S.CHANNEL_MAX + "correct",  # the batch max (ray_trainer.py, GDPO)
     },
     "openrlhf": {
         "train/reward": S.REWARD,
