@@ -57,6 +57,9 @@ SURPLUS_GROUPS = "surplus_groups"
 ``training/filter_groups/discarded_surplus_samples``, groups too)."""
 TRAINED_GROUPS = "trained_groups"
 """Groups in the trained batch (verl ``data.train_batch_size``), logged by the verl hook beside verl's metrics."""
+FILTER_ON_REWARD = "filter_on_reward"
+"""1 where dynamic sampling filters groups on the trained reward, 0 where on another metric (the verl hook writes it
+from ``algorithm.filter_groups.metric``)."""
 GEN_BATCHES = "gen_batches"
 """Generation batches it took to fill one trained batch (NeMo-RL ``dynamic_sampling_num_gen_batches``)."""
 DYNAMIC_SAMPLING_SERIES = (FILTERED_GROUPS, SURPLUS_GROUPS, GEN_BATCHES, PASS_RATE)

@@ -56,6 +56,11 @@ TESTED_VERL = ">=0.9,<0.10"
 METRICS_FILE = "verl_metrics.jsonl"
 """The monitor's copy of verl's metrics, in verl's file-logger layout (a scalar log ``scan`` reads)."""
 TRAINED_GROUPS_TAG = "collapse_doctor/trained_groups"
+FILTER_ON_REWARD_TAG = "collapse_doctor/filter_on_reward"
+"""1 when dynamic sampling filters on the trained reward (verl ``algorithm.filter_groups.metric=reward``), 0 when it
+filters on another ``reward_extra_info`` field (``acc``, ...): written beside ``trained_groups``."""
+VERL_REWARD_METRIC = "reward"
+"""verl's filter metric that is the trained (pre-KL) reward itself (``FILTER_GROUPS_REWARD_METRIC``)."""
 """Groups in the trained batch (``data.train_batch_size``), written beside verl's metrics under filter_groups: verl
 logs the groups it drops, not the ones it trains."""
 CHECK_BUDGET = 0.01
@@ -114,6 +119,7 @@ class VerlMonitor:
         fail_on: str | None = None,
         config: Config | str | Path | None = None,
         trained_groups: int | None = None,
+        filter_metric: str | None = None,
         check_every: int = 1,
         check_budget: float = CHECK_BUDGET,
         print_finding: Callable[[str], None] | None = _print_line,
@@ -129,6 +135,8 @@ class VerlMonitor:
         self.rollout_dir = Path(rollout_dir) if rollout_dir else None
         self.config = config
         self.trained_groups = trained_groups
+        self.filter_metric = filter_metric
+        """The metric dynamic sampling filters groups on (verl ``algorithm.filter_groups.metric``), or None."""
         self.check_every = int(check_every)
         self.check_budget = check_budget
         self.print_finding = print_finding
@@ -175,10 +183,11 @@ class VerlMonitor:
             output_dir = os.path.join(str(local), BACKEND)
         algorithm = dict(config.get("algorithm") or {})
         filter_groups = dict(algorithm.get("filter_groups") or {})
-        trained = None
+        trained, metric = None, None
         if filter_groups.get("enable"):
             size = (config.get("data") or {}).get("train_batch_size")
             trained = int(size) if size else None
+            metric = str(filter_groups.get("metric") or "") or None
         check_every, budget = ours.get("check_every", 1), ours.get("check_budget", CHECK_BUDGET)
         try:
             check_every, budget = int(check_every), float(budget)
@@ -193,6 +202,7 @@ class VerlMonitor:
             fail_on=ours.get("fail_on") or os.environ.get(ENV_FAIL_ON) or None,
             config=ours.get("config"),
             trained_groups=trained,
+            filter_metric=metric,
             check_every=check_every,
             check_budget=budget,
         )
@@ -228,6 +238,8 @@ class VerlMonitor:
         values = {str(key): number for key, value in data.items() if (number := _number(value)) is not None}
         if self.trained_groups is not None and _training_point(values):
             values[TRAINED_GROUPS_TAG] = float(self.trained_groups)
+        if self.filter_metric is not None and _training_point(values):
+            values[FILTER_ON_REWARD_TAG] = float(self.filter_metric == VERL_REWARD_METRIC)
         record = {"step": step, "data": {k: v if math.isfinite(v) else None for k, v in values.items()}}
         self._file.write((json.dumps(record, allow_nan=False) + "\n").encode())
         self.steps_logged += 1

@@ -45,6 +45,7 @@ from collapse_doctor.core.scalars import (
     COMPLETION_LENGTH,
     ENTROPY,
     EVAL_SCORE,
+    FILTER_ON_REWARD,
     FILTERED_GROUPS,
     GEN_BATCHES,
     GRAD_NORM,
@@ -206,6 +207,7 @@ MONITOR_RULES = _rules(
         (_OWN + r"group_std/(?P<ch>[^/]+)", CHANNEL_GROUP_STD + "{ch}"),
         (_OWN + r"aggregation_gdpo", AGGREGATION_GDPO),
         (_OWN + r"trained_groups", TRAINED_GROUPS),  # the verl hook: data.train_batch_size under filter_groups
+        (_OWN + r"filter_on_reward", FILTER_ON_REWARD),  # the verl hook: algorithm.filter_groups.metric == reward
     ]
 )
 
@@ -373,6 +375,15 @@ def dynamic_sampling_notes(series: Mapping[str, TagPoints], tags: Mapping[str, s
     'dynamic sampling (`training/filter_groups/evicted_samples`): 32 groups dropped as constant over '
     """
     lead = "the trained batch holds groups with signal only, so the cost is generation spent on groups that never train"
+    notes = []
+    on_reward = series.get(FILTER_ON_REWARD)
+    if on_reward is not None and bool((on_reward.values == 0).any()):
+        notes.append(
+            "dynamic sampling filters groups on a metric other than the trained reward (verl "
+            "algorithm.filter_groups.metric is not 'reward'): a group it keeps can still hold equal trained rewards "
+            "and give no gradient, and a group it drops may have ranked its completions"
+        )
+        lead = "the cost is generation spent on groups that never train"
     if FILTERED_GROUPS in series:
         dropped = series[FILTERED_GROUPS]
         total, count = float(np.nansum(dropped.values)), len(dropped.steps)
@@ -388,7 +399,7 @@ def dynamic_sampling_notes(series: Mapping[str, TagPoints], tags: Mapping[str, s
             generated = float(np.nansum(filtered + extra + trained))
             if generated > 0:
                 line += f"; {pct(float(np.nansum(filtered + extra)) / generated)} of the generated groups never trained"
-        return [f"{line}: {lead}"]
+        return [f"{line}: {lead}", *notes]
     if GEN_BATCHES in series:
         batches = series[GEN_BATCHES].values
         finite = batches[np.isfinite(batches) & (batches >= 1)]
@@ -396,7 +407,8 @@ def dynamic_sampling_notes(series: Mapping[str, TagPoints], tags: Mapping[str, s
             never = float(np.mean(1.0 - 1.0 / finite))
             return [
                 f"dynamic sampling (`{tags.get(GEN_BATCHES, GEN_BATCHES)}`): {float(finite.mean()):.2f} generation "
-                f"batches per trained batch, {pct(never)} of the generated groups never trained: {lead}"
+                f"batches per trained batch, {pct(never)} of the generated groups never trained: {lead}",
+                *notes,
             ]
     if PASS_RATE in series:
         rate = series[PASS_RATE].values
@@ -405,6 +417,7 @@ def dynamic_sampling_notes(series: Mapping[str, TagPoints], tags: Mapping[str, s
             passed = float(finite.mean()) / (100.0 if _in_percent(rate) else 1.0)
             return [
                 f"dynamic filtering (`{tags.get(PASS_RATE, PASS_RATE)}`): {pct(1.0 - passed)} of the generated "
-                f"groups were dropped by the filter: {lead}"
+                f"groups were dropped by the filter: {lead}",
+                *notes,
             ]
-    return []
+    return notes

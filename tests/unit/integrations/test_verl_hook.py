@@ -253,12 +253,13 @@ def test_with_rollout_dumps_the_hook_judges_them_as_scan_does(tmp_path: Path) ->
     assert any(f.code == "CD101" and f.channels == ("format",) for f in diagnosis.findings)
 
 
-def test_dynamic_sampling_reports_the_generation_spent_and_never_prescribes_it(tmp_path: Path) -> None:
+@pytest.mark.parametrize("metric", ["acc", "reward"])
+def test_dynamic_sampling_reports_the_generation_spent_and_never_prescribes_it(tmp_path: Path, metric: str) -> None:
     def evicted(step: int) -> dict[str, Any]:
         # replay_buffer.py: the key is written only at steps where some group was dropped
         return {"training/filter_groups/evicted_samples": 24} if step % 10 else {}
 
-    config = {"algorithm": {"filter_groups": {"enable": True, "metric": "acc"}}, "data": {"train_batch_size": 16}}
+    config = {"algorithm": {"filter_groups": {"enable": True, "metric": metric}}, "data": {"train_batch_size": 16}}
     tracker, _, _ = train(tmp_path, healthy, extra=evicted, config=config)
     diagnosis = monitor_of(tracker).diagnosis
     assert diagnosis is not None and diagnosis.scalars is not None
@@ -268,7 +269,10 @@ def test_dynamic_sampling_reports_the_generation_spent_and_never_prescribes_it(t
     np.testing.assert_allclose(share.values, expected)
     (found,) = [f for f in diagnosis.findings if f.code == "CD504"]
     assert found.title == "most generated groups are filtered out" and found.severity == Severity.WARNING
-    (note,) = [w for w in diagnosis.run.warnings if w.startswith("dynamic sampling")]
+    (note,) = [w for w in diagnosis.run.warnings if w.startswith("dynamic sampling (")]
+    # filtering on `acc`, a reward_extra_info field, is not filtering on the trained reward: said once, and only then
+    other_metric = [w for w in diagnosis.run.warnings if "metric other than the trained reward" in w]
+    assert len(other_metric) == (1 if metric == "acc" else 0)
     dropped = 24 * (STEPS - STEPS // 10)  # 1,296 groups, against 16 trained at each of the 60 steps
     assert f"{dropped:,} groups dropped as constant over {STEPS} steps" in note
     assert f"{dropped / (dropped + 16 * STEPS):.0%} of the generated groups never trained" in note
