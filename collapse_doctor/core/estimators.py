@@ -159,6 +159,14 @@ ESTIMATORS: tuple[EstimatorSpec, ...] = (
         needs=(COMPLETION_LENGTH,),
     ),
     EstimatorSpec(
+        "gdpo_nemo",
+        "gdpo",
+        "GDPO (NeMo-RL: leave-one-out per reward)",
+        "gdpo",
+        "batch z-score (std ddof 1, no eps) of sum_c w_c a_ic, a_ic NeMo-RL's leave-one-out GRPO advantage of reward c",
+        "NeMo-RL GDPOAdvantageEstimator (use_leave_one_out_baseline, normalize_rewards)",
+    ),
+    EstimatorSpec(
         "gdpo_verl",
         "gdpo",
         "GDPO (verl, token-weighted batch whitening)",
@@ -207,7 +215,7 @@ def specs_of(algorithm: str) -> tuple[EstimatorSpec, ...]:
     """The catalogue's variants of ``algorithm`` (empty for ``unknown``).
 
     >>> [spec.key for spec in specs_of("gdpo")]
-    ['gdpo', 'gdpo_verl']
+    ['gdpo', 'gdpo_nemo', 'gdpo_verl']
     """
     return tuple(spec for spec in ESTIMATORS if spec.algorithm == algorithm)
 

@@ -115,7 +115,34 @@ def grpo_population(x: EstimatorRows) -> np.ndarray:
 def grpo_loo(x: EstimatorRows) -> np.ndarray:
     """NeMo-RL's default GRPO: the mean and population std of the *other* rows of the group; divided only where
     that std is > 0 (``+1e-6``); a group of one valid row gets 0 (its baseline is its own reward)."""
-    t, n = x.total, x.count
+    return _loo(x, x.total)
+
+
+def gdpo_nemo(x: EstimatorRows) -> np.ndarray:
+    """NeMo-RL's GDPO: each reward's leave-one-out GRPO advantage (:func:`grpo_loo`), weighted and summed, then a
+    z-score over the step (std ddof 1, no epsilon; only the mean taken off where that std is 0). A NaN reward
+    counts as absent in its channel (NeMo-RL has none)."""
+    fused = np.zeros(len(x.total))
+    for c in range(x.rewards.shape[1]):
+        r = x.rewards[:, c]
+        known = ~np.isnan(r)
+        if known.all():
+            part = _loo(x, r)
+        else:
+            sub = EstimatorRows(r[known][:, None], np.ones(1), x.group[known], x.step[known])
+            part = np.zeros(len(r))
+            part[known] = _loo(sub, sub.total)
+        fused += x.weights[c] * part
+    rows = x.step_sum(np.ones_like(fused))
+    mean = (x.step_sum(fused) / rows)[x.step]
+    centred = fused - mean
+    with np.errstate(invalid="ignore", divide="ignore"):
+        std = np.sqrt(x.step_sum(centred * centred) / (rows - 1))[x.step]
+    return np.where(std > 0, centred / np.where(std > 0, std, 1.0), centred)
+
+
+def _loo(x: EstimatorRows, t: np.ndarray) -> np.ndarray:
+    n = x.count
     others = np.maximum(n - 1, 1)
     baseline = (x.group_sum(t)[x.group] - t) / others
     squares = (x.group_sum(t * t)[x.group] - t * t) / others
@@ -215,6 +242,7 @@ def _verl_group_zscore(x: EstimatorRows, values: np.ndarray) -> np.ndarray:
 RECOMPUTE: dict[str, Estimator] = {
     "grpo_population": grpo_population,
     "grpo_loo": grpo_loo,
+    "gdpo_nemo": gdpo_nemo,
     "rloo": rloo,
     "rloo_vectorized": rloo_vectorized,
     "opo": opo,

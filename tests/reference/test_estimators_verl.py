@@ -169,6 +169,23 @@ def test_formula_estimators_equal_their_loops(key: str, reference, seed: int) ->
     np.testing.assert_allclose(ours, expected, atol=1e-9)
 
 
+def test_nemo_gdpo_equals_its_loop() -> None:
+    """NeMo-RL's GDPOAdvantageEstimator, loop by loop: each reward's leave-one-out advantage (divided by the others'
+    std + 1e-6 where it is > 0), summed with the weights, then (A - mean) / std over the batch (torch std, ddof 1)."""
+    rewards, group, _ = batch(3, channels=2)
+    weights = np.array([1.0, 2.0])
+    parts = np.zeros(len(group))
+    for c in range(2):
+        column = np.concatenate(
+            [loo_reference(rewards[group == g, c].astype(np.float64).tolist()) for g in np.unique(group)]
+        )
+        parts += weights[c] * column
+    std = parts.std(ddof=1)
+    expected = (parts - parts.mean()) / std
+    ours = RECOMPUTE["gdpo_nemo"](EstimatorRows(rewards, weights, group, np.zeros(len(group))))
+    np.testing.assert_allclose(ours, expected, atol=1e-9)
+
+
 def test_the_catalogue_covers_every_function() -> None:
     assert set(RECOMPUTE) <= set(ESTIMATOR_OF)
     assert {spec.key for spec in ESTIMATORS} - set(RECOMPUTE) == {"grpo", "grpo_batch", "grpo_none", "gdpo"}
