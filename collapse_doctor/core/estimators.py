@@ -18,6 +18,8 @@ from typing import Literal
 
 Family = Literal["grpo", "gdpo"]
 
+MATCH_MAE = 0.01
+"""Logged advantages within this mean absolute difference of an estimator's recomputation are that estimator."""
 COMPLETION_LENGTH = "completion_length"
 """The column a token-weighted estimator needs (response tokens per row)."""
 
@@ -112,6 +114,15 @@ ESTIMATORS: tuple[EstimatorSpec, ...] = (
         "grpo",
         "n / (n - 1) * (t_i - mean_g); groups of one: 0",
         "verl compute_rloo_vectorized_outcome_advantage",
+    ),
+    EstimatorSpec(
+        "rloo_normalized",
+        "rloo",
+        "RLOO (TRL, normalize_advantages)",
+        "grpo",
+        "batch z-score over the step (std ddof 1, eps 1e-4) of t_i - mean_{j!=i}; groups of one: 0, left out of the "
+        "batch statistics",
+        "TRL RLOOTrainer normalize_advantages=True (beta=0; without it TRL's RLOO is rloo_vectorized's formula)",
     ),
     EstimatorSpec(
         "opo",

@@ -33,14 +33,27 @@ class EstimatorRows:
         group: np.ndarray,
         step: np.ndarray,
         lengths: np.ndarray | None = None,
+        *,
+        block: int | None = None,
     ) -> None:
-        rewards = np.asarray(rewards, dtype=np.float64)
+        rewards = np.asarray(rewards)
         self.rewards = rewards if rewards.ndim == 2 else rewards.reshape(len(group), 1)
-        """``[N, C]`` rewards, NaN where a channel does not apply (no row is all NaN)."""
+        """``[N, C]`` rewards as given (float32 or float64), NaN where a channel does not apply (no row is all NaN);
+        :meth:`column` gives one as float64."""
         self.weights = np.asarray(weights, dtype=np.float64).reshape(-1)
-        _, self.group = np.unique(np.asarray(group), return_inverse=True)
+        self.block = block if block and len(group) % block == 0 else None
+        """Groups are consecutive blocks of this many rows (the dense layout: row i in group i // block), or None;
+        then group sums are reshapes, not scatters."""
+        if self.block is not None:
+            self.group = np.arange(len(group)) // self.block
+        else:
+            _, self.group = np.unique(np.asarray(group), return_inverse=True)
         """``[N]`` dense group ids."""
-        _, self.step = np.unique(np.asarray(step), return_inverse=True)
+        step = np.asarray(step)
+        if len(step) and bool((step[1:] >= step[:-1]).all()):
+            self.step = np.cumsum(np.r_[0, step[1:] != step[:-1]]) if len(step) else step
+        else:
+            _, self.step = np.unique(step, return_inverse=True)
         """``[N]`` dense step ids."""
         self.num_groups = int(self.group.max()) + 1 if len(self.group) else 0
         self.num_steps = int(self.step.max()) + 1 if len(self.step) else 0
@@ -48,13 +61,31 @@ class EstimatorRows:
         self.lengths = lengths if lengths is not None and bool(np.isfinite(lengths).all()) else None
         """``[N]`` response tokens per row, or None where any is unknown."""
 
+    def column(self, c: int) -> np.ndarray:
+        """``[N]`` channel ``c``'s rewards as float64 (NaN where it does not apply)."""
+        return self.rewards[:, c].astype(np.float64)
+
     @cached_property
     def total(self) -> np.ndarray:
-        """``[N]`` weighted total reward (NaN rewards skipped)."""
-        return np.nansum(self.rewards * self.weights, axis=1)
+        """``[N]`` weighted total reward (NaN rewards skipped), summed column by column (a ``nansum`` over a short
+        last axis is several times slower)."""
+        total = np.zeros(len(self.group))
+        for c in range(self.rewards.shape[1]):
+            column = self.column(c)
+            total += self.weights[c] * (np.nan_to_num(column, nan=0.0) if np.isnan(column).any() else column)
+        return total
 
     def group_sum(self, values: np.ndarray) -> np.ndarray:
+        """``[G]`` the sum of ``values`` over each group."""
+        if self.block is not None:
+            return values.reshape(-1, self.block).sum(axis=1)
         return np.bincount(self.group, weights=values, minlength=self.num_groups)
+
+    def in_group(self, values: np.ndarray) -> np.ndarray:
+        """``[N]`` the sum of ``values`` over each row's group."""
+        if self.block is not None:
+            return np.repeat(values.reshape(-1, self.block).sum(axis=1), self.block)
+        return self.group_sum(values)[self.group]
 
     def step_sum(self, values: np.ndarray) -> np.ndarray:
         return np.bincount(self.step, weights=values, minlength=self.num_steps)
@@ -62,18 +93,23 @@ class EstimatorRows:
     @cached_property
     def count(self) -> np.ndarray:
         """``[N]`` rows in each row's group."""
+        if self.block is not None:
+            return np.full(len(self.group), float(self.block))
         return np.bincount(self.group, minlength=self.num_groups).astype(np.float64)[self.group]
 
     def deviation(self, values: np.ndarray) -> np.ndarray:
         """``values`` minus their group mean, after a shift by the group's first value (exact for equal values)."""
-        first = np.full(self.num_groups, np.nan)
-        first[self.group[::-1]] = values[::-1]
-        shifted = values - first[self.group]
-        return shifted - self.group_sum(shifted)[self.group] / self.count
+        if self.block is not None:
+            shifted = values - np.repeat(values[:: self.block], self.block)
+        else:
+            first = np.full(self.num_groups, np.nan)
+            first[self.group[::-1]] = values[::-1]
+            shifted = values - first[self.group]
+        return shifted - self.in_group(shifted) / self.count
 
     def group_std(self, deviation: np.ndarray, ddof: int) -> np.ndarray:
         """``[N]`` the std of each row's group from the deviations (NaN for groups too small for ``ddof``)."""
-        squares = self.group_sum(deviation * deviation)[self.group]
+        squares = self.in_group(deviation * deviation)
         with np.errstate(invalid="ignore", divide="ignore"):
             return np.where(self.count > ddof, np.sqrt(squares / (self.count - ddof)), np.nan)
 
@@ -124,7 +160,7 @@ def gdpo_nemo(x: EstimatorRows) -> np.ndarray:
     counts as absent in its channel (NeMo-RL has none)."""
     fused = np.zeros(len(x.total))
     for c in range(x.rewards.shape[1]):
-        r = x.rewards[:, c]
+        r = x.column(c)
         known = ~np.isnan(r)
         if known.all():
             part = _loo(x, r)
@@ -144,8 +180,8 @@ def gdpo_nemo(x: EstimatorRows) -> np.ndarray:
 def _loo(x: EstimatorRows, t: np.ndarray) -> np.ndarray:
     n = x.count
     others = np.maximum(n - 1, 1)
-    baseline = (x.group_sum(t)[x.group] - t) / others
-    squares = (x.group_sum(t * t)[x.group] - t * t) / others
+    baseline = (x.in_group(t) - t) / others
+    squares = (x.in_group(t * t) - t * t) / others
     std = np.sqrt(np.clip(squares - baseline * baseline, 0.0, None))
     # sum-of-squares cancels badly: a std within rounding of 0 is 0 (the trainer's float32 sees exact 0 there too)
     std = np.where(std <= 1e-7 * np.maximum(np.abs(baseline), 1.0), 0.0, std)
@@ -166,13 +202,28 @@ def rloo_vectorized(x: EstimatorRows) -> np.ndarray:
     return np.where(x.single, 0.0, rloo(x))
 
 
+def rloo_normalized(x: EstimatorRows) -> np.ndarray:
+    """TRL's ``RLOOTrainer(normalize_advantages=True)``: the leave-one-out advantage ``t - mean of the others``,
+    then ``(a - mean) / (std + 1e-4)`` over the step (std ddof 1). A row alone among the scorable rows of its group
+    has no baseline (NaN in TRL): left out of the mean and std, and 0."""
+    a = rloo_vectorized(x)
+    used = (~x.single).astype(np.float64)
+    rows = x.step_sum(used)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean = (x.step_sum(a * used) / rows)[x.step]
+        centred = a - mean
+        std = np.sqrt(x.step_sum(centred * centred * used) / (rows - 1))[x.step]
+    # a step with one usable row has no std (NaN in TRL, then 0)
+    return np.where(x.single | np.isnan(std), 0.0, centred / (np.nan_to_num(std, nan=0.0) + 1e-4))
+
+
 def opo(x: EstimatorRows) -> np.ndarray | None:
     """verl's OPO: the group baseline weighted by response length; a group of one has baseline 0."""
     if x.lengths is None:
         return None
     w = x.lengths
     with np.errstate(invalid="ignore", divide="ignore"):
-        baseline = x.group_sum(w * x.total)[x.group] / x.group_sum(w)[x.group]
+        baseline = x.in_group(w * x.total) / x.in_group(w)
     return np.where(x.single, x.total, x.total - baseline)
 
 
@@ -220,7 +271,7 @@ def gdpo_verl(x: EstimatorRows) -> np.ndarray | None:
         return None
     fused = np.zeros(len(x.total))
     for c in range(x.rewards.shape[1]):
-        r = x.rewards[:, c]
+        r = x.column(c)
         known = ~np.isnan(r)
         if not known.all():
             sub = EstimatorRows(r[known][:, None], np.ones(1), x.group[known], x.step[known])
@@ -245,6 +296,7 @@ RECOMPUTE: dict[str, Estimator] = {
     "gdpo_nemo": gdpo_nemo,
     "rloo": rloo,
     "rloo_vectorized": rloo_vectorized,
+    "rloo_normalized": rloo_normalized,
     "opo": opo,
     "gpg": gpg,
     "grpo_passk": grpo_passk,
@@ -272,7 +324,7 @@ def _rpp_baseline_shape(x: EstimatorRows) -> tuple[np.ndarray, str]:
 def _gdpo_verl_shape(x: EstimatorRows) -> tuple[np.ndarray, str]:
     fused = np.zeros(len(x.total))
     for c in range(x.rewards.shape[1]):
-        column = x.rewards[:, c]
+        column = x.column(c)
         if not np.isnan(column).any():
             fused += x.weights[c] * _verl_group_zscore(x, column)
         else:

@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from collapse_doctor.core.estimators import ALGORITHMS, family_of
 from collapse_doctor.core.reduction import RunReduction, merge_reductions
 from collapse_doctor.core.schema import WEIGHTS_METADATA_KEY, channel_column
 from collapse_doctor.core.series import RunSeries
@@ -40,6 +41,9 @@ ROLLOUTS_DIR = "rollouts"
 TENSORBOARD_DIR = "tensorboard"
 ALGO_METADATA_KEY = "collapse_doctor.retrain.algo"
 SCALAR_PREFIX = "collapse_doctor/"
+UNCHECKED_ADVANTAGE = "advantage_with_kl"
+"""Where advantages go that no estimator can recompute from the rows (a KL penalty in the reward): kept, not
+compared (the reader takes only ``advantage``)."""
 _PART = re.compile(r"part-(\d+)-(\d+)\.parquet$")
 
 
@@ -115,6 +119,9 @@ class RolloutMonitor:
     purge_step: int | None = None
     tensorboard: bool = True
     """Also write the per-step scalars to ``OUTPUT/tensorboard`` (one event per step)."""
+    advantage_column: str = "advantage"
+    """The column the trainer's advantages go to: :data:`UNCHECKED_ADVANTAGE` where they hold a term the rollouts do
+    not carry (TRL's RLOO with ``beta != 0`` subtracts a per-row KL from the reward), so no scan compares them."""
     files_written: int = 0
     parts_due: int = 0
     """Parts due so far (counted on every process, written only where ``enabled``)."""
@@ -180,7 +187,8 @@ class RolloutMonitor:
         and the trainer's next log."""
         reduction = reduce_part(table, target)
         self.reductions.append(reduction)
-        algo = "grpo" if self.algo == "grpo" else "gdpo"
+        # retrain's aggregations (grpo, gdpo, gdpo-dynamic, ...) and the catalogue's estimators (rloo: GRPO's family)
+        algo = "grpo" if self.algo == "grpo" or (self.algo in ALGORITHMS and family_of(self.algo) == "grpo") else "gdpo"
         stats = reduction.series.values
         row = {int(step): i for i, step in enumerate(reduction.series.steps)}
         if self._extremes is None:
@@ -287,7 +295,7 @@ class RolloutMonitor:
         columns: dict[str, Any] = {"step": np.concatenate(steps), "group_id": np.concatenate(groups)}
         for k, channel in enumerate(self.channels):
             columns[channel_column(channel)] = rewards[:, k]
-        columns["advantage"] = advantages
+        columns[self.advantage_column] = advantages
         if all(r.weights is not None for r in records):
             for k, channel in enumerate(self.channels):
                 columns[f"weight/{channel}"] = np.concatenate(

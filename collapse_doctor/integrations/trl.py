@@ -1,4 +1,4 @@
-"""collapse-doctor inside a TRL training script: one callback on a plain ``trl.GRPOTrainer``.
+"""collapse-doctor inside a TRL training script: one callback on a plain ``trl.GRPOTrainer`` or ``trl.RLOOTrainer``.
 
 >>> from collapse_doctor.integrations.trl import CollapseDoctorCallback   # doctest: +SKIP
 >>> trainer = GRPOTrainer(..., callbacks=[CollapseDoctorCallback(fail_on="critical")])   # doctest: +SKIP
@@ -14,7 +14,8 @@ is (W&B, TensorBoard, Trackio, MLflow, ``trainer_state.json``). After each part 
 the run so far, prints each finding once, when it first appears, and with ``fail_on`` stops the run
 with a checkpoint (TRL's ``should_save`` + ``should_training_stop``).
 
-The seam, on the trainer instance (no subclass; the method signatures are checked against the tested TRL):
+The seam, on the trainer instance (no subclass; the method signatures are checked against the tested TRL; TRL's
+``RLOOTrainer`` has the same three methods with the same signatures and ``_logs``):
 
 ``_calculate_rewards``
     returns the ``[N, C]`` rewards of the generation batch, gathered over processes: kept as they are.
@@ -23,6 +24,11 @@ The seam, on the trainer instance (no subclass; the method signatures are checke
     process (the tensor the loss's slices come from, kept by TRL for ``log_completions``): read from there.
 ``log``
     the ``collapse_doctor/*`` scalars of the steps reduced since the last log join ``logs`` first.
+
+Under ``RLOOTrainer`` the advantages are TRL's leave-one-out ones (``normalize_advantages``: z-scored over the
+batch), which ``scan`` fingerprints as ``rloo``. With ``beta != 0`` TRL subtracts ``beta`` times each completion's
+KL from its reward before the baseline: the rollouts do not carry that KL, so the advantages go to the column
+``advantage_with_kl`` (kept, never compared: CD202 is skipped, not raised) and the callback says so once.
 
 It never breaks training: an exception of its own is reported once (a :class:`CollapseDoctorWarning`) and
 the callback switches itself off; TRL goes on. Under accelerate every process records (so all agree on when
@@ -49,7 +55,7 @@ from collapse_doctor.core.findings import VERDICTS, Finding, check_fail_on, seve
 from collapse_doctor.core.result import signal_sentence
 from collapse_doctor.core.text_safety import printable
 from collapse_doctor.integrations.live import LiveDiagnosis
-from collapse_doctor.integrations.rollouts import RolloutMonitor, StepExtras, StepRecord
+from collapse_doctor.integrations.rollouts import UNCHECKED_ADVANTAGE, RolloutMonitor, StepExtras, StepRecord
 
 if TYPE_CHECKING:
     from collapse_doctor.core.config import Config
@@ -91,7 +97,7 @@ def check_trl_seam(trainer_type: type | None = None) -> None:
         params = list(inspect.signature(method).parameters) if method is not None else None
         if params != expected:
             raise UsageError(
-                f"installed trl {trl.__version__} changed GRPOTrainer.{name} (collapse-doctor hooks it)",
+                f"installed trl {trl.__version__} changed {trainer_type.__name__}.{name} (collapse-doctor hooks it)",
                 hint=f"install a tested version: pip install 'trl{TESTED_TRL}'",
             )
 
@@ -107,8 +113,26 @@ def _import_what_steps_use() -> None:
     import collapse_doctor.pipeline.watch  # noqa: F401
 
 
+def is_rloo(trainer: Any) -> bool:
+    """Whether ``trainer`` is a ``trl.RLOOTrainer`` (or a subclass)."""
+    try:
+        from trl import RLOOTrainer  # type: ignore[import-untyped,unused-ignore]
+    except ImportError:  # pragma: no cover - the callback is used with trl installed
+        return False
+    return isinstance(trainer, RLOOTrainer)
+
+
 def _algo_of(trainer: Any) -> str:
+    if is_rloo(trainer):
+        return "rloo"
     return "gdpo" if getattr(trainer, "multi_objective_aggregation", "") == "normalize_then_sum" else "grpo"
+
+
+def kl_in_advantages(trainer: Any) -> float | None:
+    """``beta`` when the trainer's advantages include a per-row KL penalty the rollouts do not carry (TRL's
+    ``RLOOTrainer`` with ``beta != 0``: ``reward - beta * kl`` before the leave-one-out baseline), else None."""
+    beta = float(getattr(trainer, "beta", 0.0) or 0.0)
+    return beta if is_rloo(trainer) and beta != 0.0 else None
 
 
 def cut_at_cap(trainer: Any, completion_ids: list[Any]) -> list[bool] | None:
@@ -143,7 +167,8 @@ def _print_line(line: str) -> None:
 
 
 class CollapseDoctorCallback(TrainerCallback):  # type: ignore[misc,unused-ignore]
-    """Monitors a ``trl.GRPOTrainer`` run: canonical rollouts, ``collapse_doctor/*`` scalars, findings, ``fail_on``.
+    """Monitors a ``trl.GRPOTrainer`` or ``trl.RLOOTrainer`` run: rollouts, ``collapse_doctor/*`` scalars, findings,
+    ``fail_on``.
 
     ``fail_on``: "info", "warning" or "critical" stops training with a checkpoint at the first finding at or above
     that level (None: never stops). ``output_dir``: where rollouts and TensorBoard scalars go (default the
@@ -211,7 +236,8 @@ class CollapseDoctorCallback(TrainerCallback):  # type: ignore[misc,unused-ignor
     # -- wiring ---------------------------------------------------------------------------------------------
 
     def attach(self, trainer: Any) -> CollapseDoctorCallback:
-        """Hook ``trainer`` (a ``trl.GRPOTrainer``): its rewards, advantages and logs reach this callback."""
+        """Hook ``trainer`` (a ``trl.GRPOTrainer`` or ``trl.RLOOTrainer``): its rewards, advantages and logs reach
+        this callback."""
         if self._hooked is trainer:
             return self
         check_trl_seam(type(trainer))
@@ -402,6 +428,7 @@ class CollapseDoctorCallback(TrainerCallback):  # type: ignore[misc,unused-ignor
         main = bool(trainer.accelerator.is_main_process)
         _import_what_steps_use()
         self._started = time.perf_counter()
+        beta = kl_in_advantages(trainer)
         self.monitor = monitor = RolloutMonitor(
             output_dir=self.output_dir or Path(args.output_dir),
             channels=channels,
@@ -410,7 +437,14 @@ class CollapseDoctorCallback(TrainerCallback):  # type: ignore[misc,unused-ignor
             write_every=self.write_every,
             enabled=main,
             tensorboard=self.tensorboard,
+            advantage_column="advantage" if beta is None else UNCHECKED_ADVANTAGE,
         )
+        if beta is not None:
+            self._say(
+                f"collapse-doctor: RLOOTrainer with beta={beta:g} subtracts beta * KL from each reward before its "
+                f"leave-one-out baseline; the rollouts do not carry the KL, so its advantages are written as "
+                f"{UNCHECKED_ADVANTAGE} and not checked (CD202 skipped); with beta=0 they are"
+            )
         self.live = LiveDiagnosis(monitor, fail_on=self.fail_on, config=self.config)
         if main and state.global_step > 0:
             monitor.truncate_from(trl_step(state))  # a resumed run regenerates these steps

@@ -9,12 +9,12 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from collapse_doctor.core.estimators import ESTIMATOR_OF, ESTIMATORS
+from collapse_doctor.core.estimators import ESTIMATOR_OF, ESTIMATORS, MATCH_MAE
 from collapse_doctor.core.result import Phase
 from collapse_doctor.core.schema import DYNAMIC_WEIGHTS_SOURCE
 from collapse_doctor.core.series import RunSeries
 
-ALGO_MATCH_MAE = 0.01
+ALGO_MATCH_MAE = MATCH_MAE
 """Logged advantages within this mean absolute difference of a recomputation identify the algorithm."""
 SCALE_OF = {"grpo": "group", "grpo_batch": "batch", "grpo_none": "none"}
 """The GRPO ``--scale`` of each GRPO recomputation."""

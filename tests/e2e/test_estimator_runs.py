@@ -122,3 +122,26 @@ def test_inflated_grpo_without_lengths_is_still_a_mismatch(tmp_path: Path) -> No
     [mismatch] = [f for f in diagnosis.findings if f.code == "CD202" and "match no" in f.title]
     assert mismatch.severity == Severity.WARNING
     assert "not checked exactly without completion_length, do not fit up to their token weighting" in mismatch.message
+
+
+def test_rloo_is_told_from_batch_scaled_grpo_that_comes_within_the_tolerance(tmp_path: Path) -> None:
+    """Three binary rewards at 0.5: the total's batch std is about sqrt(3/4) = 0.87, so GRPO scaled by it multiplies
+    the centred total by about 1.15, and RLOO by n/(n-1) = 8/7 = 1.14. Both are within the 0.01 match of RLOO's
+    logged values; the closer, RLOO itself at 0, must win (the chunk is not cut short at the first match)."""
+    rng = np.random.default_rng(4)
+    steps, groups, size = 30, 500, 8  # large steps: the batch std stays near sqrt(3/4)
+    rows = steps * groups * size
+    rewards = {f"reward/{k}": (rng.random(rows) < 0.5).astype(np.float32) for k in ("a", "b", "c")}
+    total = sum(r.astype(np.float64) for r in rewards.values()).reshape(-1, size)
+    logged = ((total - total.mean(axis=1, keepdims=True)) * size / (size - 1)).reshape(-1).astype(np.float32)
+    table = {
+        "step": np.repeat(np.arange(steps), groups * size),
+        "group_id": np.tile(np.repeat(np.arange(groups), size), steps),
+        **rewards,
+        "advantage": logged,
+    }
+    path = tmp_path / "rloo.parquet"
+    pq.write_table(pa.table(table), path)
+    diagnosis = diagnose([path], ScanOptions(device="cpu"))
+    assert float(np.nanmean(diagnosis.series["logged_mae_grpo_batch"])) < 0.01  # the near tie is there
+    assert diagnosis.run.algorithm == "rloo", diagnosis.run.algorithm_source

@@ -189,3 +189,51 @@ def test_nemo_gdpo_equals_its_loop() -> None:
 def test_the_catalogue_covers_every_function() -> None:
     assert set(RECOMPUTE) <= set(ESTIMATOR_OF)
     assert {spec.key for spec in ESTIMATORS} - set(RECOMPUTE) == {"grpo", "grpo_batch", "grpo_none", "gdpo"}
+
+
+def trl_rloo_reference(rewards: np.ndarray, weights: np.ndarray, n: int, *, normalize: bool) -> np.ndarray:
+    """TRL 1.16 ``RLOOTrainer._generate_and_score_completions`` with beta 0, its lines as they are (torch, TRL's
+    own ``nanstd``): the weighted nansum, unscorable rows NaN, the leave-one-out baseline over the scorable siblings,
+    ``normalize_advantages``' batch z-score over the scorable rows, NaN advantages 0."""
+    from trl.trainer.utils import nanstd
+
+    rewards_per_func = torch.as_tensor(rewards, dtype=torch.float32)
+    unscorable_mask = torch.isnan(rewards_per_func).all(dim=1)
+    total = (rewards_per_func * torch.as_tensor(weights, dtype=torch.float32).unsqueeze(0)).nansum(dim=1)
+    total[unscorable_mask] = torch.nan
+    grouped_rewards = total.view(-1, n)
+    scorable_counts = (~torch.isnan(grouped_rewards)).sum(dim=1, keepdim=True)
+    grouped_sum = torch.nansum(grouped_rewards, dim=1, keepdim=True)
+    baselines = ((grouped_sum - grouped_rewards) / (scorable_counts - 1)).view(-1)
+    advantages = total - baselines
+    if normalize:
+        advantages = (advantages - torch.nanmean(advantages)) / (nanstd(advantages) + 1e-4)
+    return torch.nan_to_num(advantages, nan=0.0).double().numpy()
+
+
+@pytest.mark.parametrize("normalize", [False, True])
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_rloo_equals_trls_rloo_trainer(normalize: bool, seed: int) -> None:
+    """TRL's RLOO (beta 0) is ``rloo_vectorized``'s formula, and ``normalize_advantages=True`` is
+    ``rloo_normalized``; with rows every reward function skipped (unscorable: left out, as the engine leaves out
+    rows whose rewards are all NaN) and a group with one scorable row (advantage 0, outside the batch statistics)."""
+    pytest.importorskip("trl")
+    n, groups = 4, 6
+    rng = np.random.default_rng(seed)
+    rewards = rng.choice([0.0, 0.5, 1.0, 2.0], size=(n * groups, 2)).astype(np.float32)
+    rewards[rng.random(rewards.shape) < 0.2] = np.nan  # a function returned None
+    rewards[[1, 9, 10, 11]] = np.nan  # unscorable rows; group 2 keeps one scorable row
+    rewards[4:8] = 1.0  # a group whose rewards are all equal
+    weights = np.array([1.0, 0.5])
+    expected = trl_rloo_reference(rewards, weights, n, normalize=normalize)
+    scorable = ~np.isnan(rewards).all(axis=1)
+    group = np.arange(n * groups) // n
+    rows = EstimatorRows(rewards[scorable], weights, group[scorable], np.zeros(int(scorable.sum())))
+    ours = RECOMPUTE["rloo_normalized" if normalize else "rloo_vectorized"](rows)
+    assert ours is not None
+    np.testing.assert_allclose(ours, expected[scorable], atol=2e-5, rtol=1e-5)
+    assert not expected[~scorable].any(), "TRL gives unscorable rows advantage 0"
+    if not normalize:
+        # groups of two or more scorable rows: verl's loop RLOO is the same
+        full = ~rows.single
+        np.testing.assert_allclose(RECOMPUTE["rloo"](rows)[full], expected[scorable][full], atol=2e-5, rtol=1e-5)

@@ -1,4 +1,5 @@
-"""A plain ``trl.GRPOTrainer`` on the demo task with the tiny model built in code (no download), for these tests."""
+"""A plain ``trl.GRPOTrainer`` (or ``trl.RLOOTrainer``) on the demo task with the tiny model built in code (no
+download), for these tests."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from trl import GRPOConfig, GRPOTrainer
+from trl import GRPOConfig, GRPOTrainer, RLOOConfig, RLOOTrainer
 
 from collapse_doctor.retrain.data import to_dataset
 from collapse_doctor.retrain.demo import build_char_tokenizer, build_tiny_model, demo_rows
@@ -53,11 +54,13 @@ def make_trainer(
     callbacks: list[Any],
     spy: RewardSpy | None = None,
     funcs: list[Any] | None = None,
+    rloo: bool = False,
     **config: Any,
 ) -> Any:
     """A plain TRL GRPOTrainer on the demo task: 4 prompts x 4 completions per process and step, 6 tokens.
 
-    ``funcs``: other reward functions than the three above (give ``reward_weights`` with them)."""
+    ``funcs``: other reward functions than the three above (give ``reward_weights`` with them). ``rloo``: TRL's
+    ``RLOOTrainer`` with the same settings (its ``beta``, default 0.05, and ``normalize_advantages`` in ``config``)."""
     tokenizer = build_char_tokenizer()
     funcs = funcs or [format_tag, graded, sometimes]
     settings: dict[str, Any] = {
@@ -80,9 +83,15 @@ def make_trainer(
     }
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", FutureWarning)
-        args = GRPOConfig(**settings)
-    return GRPOTrainer(
-        model=build_tiny_model(tokenizer, seed=0),
+        args = (RLOOConfig if rloo else GRPOConfig)(**settings)
+    model = build_tiny_model(tokenizer, seed=0)
+    if rloo and args.beta != 0.0:
+        # RLOO's reference model is loaded from the policy's path: give the tiny model one
+        saved = out.parent / f"{out.name}-tiny-model"
+        model.save_pretrained(saved)
+        model.config._name_or_path = str(saved)
+    return (RLOOTrainer if rloo else GRPOTrainer)(
+        model=model,
         reward_funcs=[spy.wrap(f) for f in funcs] if spy is not None else funcs,
         args=args,
         train_dataset=to_dataset(demo_rows()),
