@@ -46,6 +46,11 @@ class EstimatorSpec:
     """A group whose rewards are all equal gets advantage 0 (false: the baseline is the batch's, not the group's)."""
     sparse: bool = False
     """Zero by design for all but one row per group (pass@k): silence it intends, not a collapse."""
+    shape_names: bool = False
+    """Without the column it needs, a fit up to what that column decides names this estimator: the shape holds no
+    rescaled GRPO or GDPO (OPO: a per-group shift of the total; REINFORCE++: a per-step line in it). False where
+    it does (a per-step line in the centred total or in the fused z-scores is also GRPO or GDPO under other
+    weights): then a fit only keeps the estimator possible, and a mismatch is reported as not checked."""
 
 
 ESTIMATORS: tuple[EstimatorSpec, ...] = (
@@ -132,6 +137,7 @@ ESTIMATORS: tuple[EstimatorSpec, ...] = (
         "t_i - sum_g(len_j t_j) / sum_g(len_j); groups of one keep t_i",
         "verl compute_opo_outcome_advantage",
         needs=(COMPLETION_LENGTH,),
+        shape_names=True,
     ),
     EstimatorSpec(
         "gpg",
@@ -159,6 +165,7 @@ ESTIMATORS: tuple[EstimatorSpec, ...] = (
         "verl compute_reinforce_plus_plus_outcome_advantage",
         needs=(COMPLETION_LENGTH,),
         group_baseline=False,
+        shape_names=True,
     ),
     EstimatorSpec(
         "reinforce_plus_plus_baseline",

@@ -91,14 +91,28 @@ def unchecked(mae: Mapping[str, float]) -> dict[str, tuple[str, ...]]:
 
 def match_shape(shapes: Mapping[str, float]) -> str | None:
     """The token-weighted estimator whose fit up to the missing token counts is closest and within
-    :data:`ALGO_MATCH_MAE`, or None.
+    :data:`ALGO_MATCH_MAE`, among those such a fit can name (``shape_names``), or None.
 
     >>> match_shape({"opo": 0.004, "reinforce_plus_plus": float("nan")})
     'opo'
+    >>> match_shape({"reinforce_plus_plus_baseline": 0.0}) is None  # also GRPO under other weights
+    True
     """
-    fits = [spec.key for spec in ESTIMATORS if np.isfinite(shapes.get(spec.key, np.nan))]
+    fits = [s.key for s in ESTIMATORS if s.shape_names and np.isfinite(shapes.get(s.key, np.nan))]
     best = min(fits, key=lambda k: shapes[k], default=None)
     return best if best is not None and shapes[best] <= ALGO_MATCH_MAE else None
+
+
+def possible_shapes(shapes: Mapping[str, float]) -> tuple[str, ...]:
+    """The token-weighted estimators a fit up to their missing token counts keeps possible without naming them
+    (``shape_names`` false, fit within :data:`ALGO_MATCH_MAE`), or that could not be fitted at all (NaN).
+
+    >>> possible_shapes({"reinforce_plus_plus_baseline": 0.0, "gdpo_verl": 0.4, "opo": 0.0})
+    ('reinforce_plus_plus_baseline',)
+    """
+    return tuple(
+        s.key for s in ESTIMATORS if s.key in shapes and not s.shape_names and not shapes[s.key] > ALGO_MATCH_MAE
+    )
 
 
 def match_logged(mae: Mapping[str, float], shapes: Mapping[str, float] | None = None) -> tuple[str | None, str]:

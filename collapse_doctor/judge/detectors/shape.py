@@ -10,7 +10,7 @@ import numpy as np
 from collapse_doctor.core.config import ThresholdRange
 from collapse_doctor.core.estimators import ESTIMATORS
 from collapse_doctor.core.series import RunSeries
-from collapse_doctor.judge.algorithm import match_shape, unchecked
+from collapse_doctor.judge.algorithm import match_shape, possible_shapes, unchecked
 from collapse_doctor.judge.budget import channel_extreme_shares
 from collapse_doctor.judge.detectors.base import POSITIVE, DetectionContext, Detector, Finding, Severity, register
 from collapse_doctor.judge.detectors.remedies import Remedy, gdpo_counterfactual, nanmedian, switch_remedy
@@ -363,8 +363,10 @@ class AdvantageBound(Detector):
         if matched is None:
             # a token-weighted estimator without the lengths: matched up to its token weighting, nothing to flag
             matched = match_shape(shapes)
-        # estimators not checked even up to their shape: a mismatch may be theirs, so it is only reported
+        # estimators not checked even up to their shape, or whose shape fits but would fit GRPO or GDPO under other
+        # weights too: a mismatch may be theirs, so it is only reported
         unknowable = {k for k in not_checked_keys if not np.isfinite(shapes.get(k, np.nan))}
+        unknowable |= set(possible_shapes(shapes))
         dynamic = ctx.run.dynamic_weight_channels if matched is None else ()
         # A GDPO run (by --algo or detected) re-normalises over the batch: the group bound does not hold for it.
         claims_gdpo = ctx.run.algorithm == "gdpo"
@@ -434,7 +436,8 @@ class AdvantageBound(Detector):
         elif stretch is not None and matched is None:
             window = ctx.window(stretch)
             missing = "; ".join(
-                f"cannot check {', '.join(k for k in keys if k in unknowable)} without {column}"
+                f"cannot check {', '.join(k for k in keys if k in unknowable)} without {column} (a fit up to their "
+                "token weighting cannot tell them from GRPO or GDPO under other weights)"
                 if unknowable & set(keys)
                 else f"{', '.join(keys)}, not checked exactly without {column}, do not fit up to their token weighting"
                 for column, keys in not_checked.items()
