@@ -6,13 +6,14 @@ Reads only the run's series and what the reader learnt; no I/O.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 
 import numpy as np
 
 from collapse_doctor.core.estimators import ESTIMATOR_OF, ESTIMATORS, MATCH_MAE
 from collapse_doctor.core.result import Phase
 from collapse_doctor.core.schema import DYNAMIC_WEIGHTS_SOURCE
-from collapse_doctor.core.series import RunSeries
+from collapse_doctor.core.series import RECOMPUTATIONS, RunSeries
 
 ALGO_MATCH_MAE = MATCH_MAE
 """Logged advantages within this mean absolute difference of a recomputation identify the algorithm."""
@@ -44,6 +45,32 @@ def _from_logged(series: RunSeries, algo: str) -> tuple[str, str]:
     if match is None:
         return "unknown", detail
     return ESTIMATOR_OF[match].algorithm, detail
+
+
+def without_uncompared(series: RunSeries) -> RunSeries:
+    """``series`` without the other estimators' comparisons that were never made: where GRPO or GDPO matched the
+    log in every chunk, the engine compared no other estimator (their series are all NaN) and nothing is lost by
+    leaving them out of the output; where some estimator was not comparable (a missing column), its NaN series
+    stays and says so.
+
+    >>> from collapse_doctor.core.series import RunSeries
+    >>> s = RunSeries(np.arange(2), ("a",), [], {"logged_mae_grpo": np.zeros(2), "logged_mae_rloo": np.full(2, np.nan)})
+    >>> list(without_uncompared(s).values)
+    ['logged_mae_grpo']
+    """
+    main = [float(np.nanmean(series[f"logged_mae_{k}"])) for k in RECOMPUTATIONS if f"logged_mae_{k}" in series]
+    if not main or not np.isfinite(main).any() or np.nanmin(main) > MATCH_MAE:
+        return series
+    keep = {
+        name: values
+        for name, values in series.values.items()
+        if not (
+            name.startswith(("logged_mae_", "logged_shape_mae_"))
+            and name.removeprefix("logged_shape_mae_").removeprefix("logged_mae_") not in RECOMPUTATIONS
+            and not np.isfinite(values).any()
+        )
+    }
+    return replace(series, values=keep)
 
 
 def matches_both(series: RunSeries) -> bool:

@@ -37,7 +37,7 @@ from collapse_doctor.engine.reduce import SCAN_CHUNK_ROWS, ReadAhead, empty_seri
 from collapse_doctor.io.discovery import RunInputs, choose_run, discover_runs
 from collapse_doctor.io.open import open_rollouts, read_scalar_log
 from collapse_doctor.io.storage.list_files import expand_list_files
-from collapse_doctor.judge.algorithm import detect_algorithm, matches_both, phases_from_labels
+from collapse_doctor.judge.algorithm import detect_algorithm, matches_both, phases_from_labels, without_uncompared
 from collapse_doctor.judge.detectors import REGISTRY, DetectionContext
 from collapse_doctor.judge.detectors.base import select, threshold_defaults, threshold_ranges
 from collapse_doctor.judge.detectors.runner import run_detectors
@@ -418,6 +418,7 @@ def diagnose_reduction(
     else:
         reduction, reuse_notes = without_reused_steps(reduction)
         reduction, active_notes = with_inactive_channels_uncompared(reduction)
+        reduction = replace(reduction, series=without_uncompared(reduction.series))
         reuse_notes += active_notes
         algorithm = detect_algorithm(reduction.series, options.algo, reduction.dynamic_weight_channels)
         reduction, algorithm, notes = _with_inferred_weights(reduction, algorithm, options, reduce_with)

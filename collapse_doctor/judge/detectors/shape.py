@@ -306,9 +306,11 @@ class AdvantageBound(Detector):
         the logged values match none of the estimators it recomputes: GRPO (group, batch or no
         scaling, population std), GDPO (TRL's and verl's token-weighted), NeMo-RL's leave-one-out
         GRPO, RLOO, OPO, GPG, pass@k GRPO, REINFORCE++ and its group-baseline variant (the table
-        in docs/input-formats.md). An estimator that needs a column the run lacks (OPO, REINFORCE++
-        and verl's GDPO weight by response tokens: completion_length) is not checked; when nothing
-        else matches the finding says so at info level instead of warning. The bound is checked
+        in docs/input-formats.md). OPO, REINFORCE++ and verl's GDPO weight by response tokens; without
+        completion_length they are fitted up to what the token counts decide: OPO and REINFORCE++
+        match by that fit; REINFORCE++ with a group baseline and verl's GDPO stay possible when it fits
+        (GRPO or GDPO under rescaled weights fits too), and a mismatch is then reported at info level,
+        naming what could not be checked, instead of as a warning. The bound is checked
         only where it holds: when the logged values match group-scaled GRPO, or match no
         recomputation (unless the run is GDPO by --algo). The other estimators exceed it by design.
         Rollouts with weight/<channel> columns (gdpo-dynamic) are reported as using dynamic
