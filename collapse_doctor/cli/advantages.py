@@ -7,19 +7,30 @@ from typing import Annotated
 
 import typer
 
-from collapse_doctor.cli.common import DelayedProgress, err
-from collapse_doctor.cli.options import INPUT, SCALE, RunPathsArgument, shared_options
+from collapse_doctor.cli.common import DelayedProgress, warn, wrote
+from collapse_doctor.cli.options import INPUT, SCALE, SCALE_CHOICES, RunPathsArgument, choice_option, shared_options
 from collapse_doctor.core.options import ScanOptions
 
 
-@shared_options(INPUT, SCALE)
+@shared_options(INPUT, SCALE, terminal=("quiet",))
 def advantages(
     paths: RunPathsArgument,
     output: Annotated[Path, typer.Option("-o", "--output", help="Output Parquet file.")],
-    convention: Annotated[str, typer.Option("--convention", help="trl, verl or paper.")] = "trl",
+    convention: Annotated[
+        str,
+        choice_option(
+            "--convention",
+            choices=("trl", "verl", "paper"),
+            help="Whose advantage conventions (eps, single-sample groups): trl, verl or paper.",
+        ),
+    ] = "trl",
     scale: Annotated[
         str | None,
-        typer.Option("--scale", help="GRPO scaling: group, batch or none (default: what the logged advantages match)."),
+        choice_option(
+            "--scale",
+            choices=SCALE_CHOICES,
+            help="GRPO scaling: group, batch or none (default: what the logged advantages match).",
+        ),
     ] = None,
     *,
     options: ScanOptions,
@@ -45,15 +56,17 @@ def advantages(
             **options.read.reader_kwargs(),
         )
     from collapse_doctor.core.text_safety import printable
-    from collapse_doctor.io.storage.atomic import is_stdout
 
     for warning in summary.warnings:
-        err(f"warning: {printable(warning)}")
+        warn(printable(warning))
     channels = ", ".join(f"{printable(c)} (w={summary.weights[c]:g})" for c in summary.channels)
-    # With `-o -` the Parquet file is on stdout: the summary goes to stderr.
-    typer.echo(
-        f"wrote {printable(summary.output)}: {summary.rows:,} rows, {summary.steps:,} steps; channels {channels}; "
+    # The Parquet file is the result; what was written is said on stderr (stdout may hold the file: `-o -`).
+    local = Path(str(summary.output))
+    size = local.stat().st_size if str(summary.output) != "-" and local.is_file() else None
+    wrote(
+        summary.output,
+        f"{summary.rows:,} rows, {summary.steps:,} steps; channels {channels}; "
         f"convention {summary.convention}, scale {summary.scale} ({printable(summary.scale_source)}), "
         f"device {summary.device}, {summary.seconds:.1f} s",
-        err=is_stdout(output),
+        size,
     )

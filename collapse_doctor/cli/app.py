@@ -34,11 +34,16 @@ from collapse_doctor.cli.common import (
     EXIT_OK,
     EXIT_TERMINATED,
     INTERRUPTED,
+    Terminal,
     Terminated,
     err,
+    resolve_terminal,
+    set_root_terminal,
+    user_errors,
 )
 from collapse_doctor.cli.compare import compare
 from collapse_doctor.cli.explain import explain
+from collapse_doctor.cli.options import ColorOption, QuietOption, VerboseOption
 from collapse_doctor.cli.report import report
 from collapse_doctor.cli.retrain import retrain
 from collapse_doctor.cli.scan import scan
@@ -52,7 +57,7 @@ app = typer.Typer(
     name="collapse-doctor",
     help="Find advantage and reward collapse in multi-reward GRPO fine-tuning, and fix it.",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,  # --install-completion / --show-completion (bash, zsh, fish, PowerShell)
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
     context_settings={"help_option_names": ["-h", "--help"]},
@@ -94,13 +99,37 @@ def _root(
     version: Annotated[
         bool, typer.Option("--version", callback=_version, is_eager=True, help="Show the version and exit.")
     ] = False,
+    quiet: QuietOption = False,
+    verbose: VerboseOption = False,
+    color: ColorOption = None,
 ) -> None:
-    """Find advantage and reward collapse in multi-reward GRPO fine-tuning, and fix it."""
+    """Find advantage and reward collapse in multi-reward GRPO fine-tuning, and fix it.
+
+    -q, -v and --color may also follow the command (collapse-doctor scan RUN -q); there they win.
+    """
+    set_root_terminal(Terminal())  # nothing left from an earlier invocation in this process
+    with user_errors(False):
+        set_root_terminal(resolve_terminal(quiet, verbose, color))
 
 
 def _is_a(exc: BaseException, name: str) -> bool:
     """Whether ``exc`` is a click exception called ``name``: Typer may use its own copy of click's classes."""
     return any(cls.__name__ == name for cls in type(exc).__mro__)
+
+
+SUGGESTION_CUTOFF = 0.75
+"""How close an option must be to an unknown one to be suggested (click's 0.6 offers ``--verbose`` for ``--bogus``)."""
+
+
+def _usage_message(exc: Exception) -> str:
+    """Click's message of a usage error; an unknown option suggests only a close one (``--jsno``: ``--json``)."""
+    if not _is_a(exc, "NoSuchOption"):
+        return str(exc.format_message())  # type: ignore[attr-defined]
+    import difflib
+
+    name = str(getattr(exc, "option_name", ""))
+    close = difflib.get_close_matches(name, list(getattr(exc, "possibilities", None) or ()), 1, SUGGESTION_CUTOFF)
+    return f"No such option: {name}" + (f" (did you mean {close[0]}?)" if close else "")
 
 
 def _terminate(signum: int, frame: object) -> None:
@@ -224,7 +253,7 @@ def main(argv: list[str] | None = None) -> None:
         if _is_a(exc, "UsageError"):
             ctx = getattr(exc, "ctx", None)
             where = ctx.command_path if ctx is not None else app.info.name
-            err(f"error: {exc.format_message().rstrip('.')}. Hint: see `{where} --help`")  # type: ignore[attr-defined]
+            err(f"error: {_usage_message(exc).rstrip('.')}. Hint: see `{where} --help`")
             sys.exit(EXIT_ERROR)
         if _is_a(exc, "ClickException"):
             err(f"error: {exc.format_message()}")  # type: ignore[attr-defined]
@@ -248,7 +277,11 @@ def run(argv: list[str] | None = None) -> None:
     streams and leaves with ``os._exit``; commands in :data:`FULL_TEARDOWN_COMMANDS` exit normally.
     """
     args = sys.argv[1:] if argv is None else argv
-    before_command(args)
+    try:
+        before_command(args)  # imports pyarrow: a Ctrl-C can land here, before main's handler is in place
+    except KeyboardInterrupt:
+        err("interrupted (Ctrl-C)")
+        sys.exit(EXIT_INTERRUPTED)
     try:
         main(args)
         code = EXIT_OK

@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from collapse_doctor.cli.common import EXIT_OK, DelayedProgress, color_for, err
+from collapse_doctor.cli.common import EXIT_OK, DelayedProgress, color_for, size_of, terminal, wrote
 from collapse_doctor.cli.options import (
     DETECTORS,
     INPUT,
@@ -19,6 +19,7 @@ from collapse_doctor.cli.options import (
     RelGainMarginOption,
     ZeroAdvMarginOption,
     check_gate_margins,
+    choice_option,
     gate_settings,
     shared_options,
 )
@@ -41,9 +42,14 @@ def compare(
     html_out: Annotated[
         Path | None, typer.Option("--html", help="Write one offline HTML page with the runs overlaid to this file.")
     ] = None,
-    output_format: Annotated[str, typer.Option("--format", help="stdout format: text or json.")] = "text",
+    output_format: Annotated[
+        str, choice_option("--format", choices=("text", "json"), help="stdout format: text or json.")
+    ] = "text",
     align: Annotated[
-        str, typer.Option("--align", help="Align the runs by step (default) or by fraction of training.")
+        str,
+        choice_option(
+            "--align", choices=("step", "fraction"), help="Align the runs by step (default) or by fraction of training."
+        ),
     ] = "step",
     gate: Annotated[
         bool, typer.Option("--gate", help="Judge every later run against the first: exit 1 on a regression.")
@@ -61,7 +67,6 @@ def compare(
     Example: collapse-doctor compare runs/grpo runs/gdpo --gate
     """
     from collapse_doctor.core.errors import UsageError
-    from collapse_doctor.core.text_safety import printable
     from collapse_doctor.pipeline.compare import compare_runs
     from collapse_doctor.report.compare_outputs import write_comparison
 
@@ -83,6 +88,7 @@ def compare(
         output_format=output_format,
         stdout=sys.stdout,
         color=color_for(sys.stdout),
-        on_written=lambda what, path: err(f"wrote {printable(path)}: {what}"),
+        on_written=lambda what, path: wrote(path, what, size_of(path)),
+        verbosity=terminal().verbosity,
     )
     raise typer.Exit(max((g.exit_code for g in comparison.gates), default=EXIT_OK))

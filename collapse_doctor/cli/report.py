@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from collapse_doctor.cli.common import err, scan_and_write
+from collapse_doctor.cli.common import color_for, scan_and_write, size_of, wrote
 from collapse_doctor.cli.options import (
     DETECTORS,
     INPUT,
@@ -36,28 +37,28 @@ def report(
     Example: collapse-doctor report runs/exp1 --html report.html
     """
     from collapse_doctor.core.findings import VERDICTS, worst_verdict
-    from collapse_doctor.core.text_safety import printable
     from collapse_doctor.io.storage.atomic import is_stdout
     from collapse_doctor.report.outputs import OutputRequest, written_files
+    from collapse_doctor.report.text import verdict_line
 
     request = OutputRequest(html=html_out)
     code, results, _ = scan_and_write(paths, options, request, stdout=None)
-    to_stdout = is_stdout(html_out)  # the report is on stdout: the summary goes to stderr
-    size = "" if to_stdout else f" ({html_out.stat().st_size / 1e6:.1f} MB)"
+    # Files written: stderr. The result, each run's verdict line: stdout, unless the page itself is on stdout.
     if len(results) > 1:
         for what, path in written_files(request, results)[1:]:
-            typer.echo(f"wrote {printable(path)}: {what}")
-    for result in results:
-        diagnosis = result.diagnosis
-        for warning in diagnosis.run.warnings:
-            err(f"warning: {printable(warning)}")
-        if len(results) == 1:
-            typer.echo(
-                f"wrote {printable(html_out)}{size}: {VERDICTS[diagnosis.verdict]}, "
-                f"{len(diagnosis.findings)} finding(s), {diagnosis.run.steps:,} steps",
-                err=to_stdout,
-            )
-    if len(results) > 1:
+            wrote(path, what, size_of(path))
         worst = VERDICTS[worst_verdict(r.diagnosis.verdict for r in results)]
-        typer.echo(f"wrote {printable(html_out)}: index of {len(results)} runs, worst verdict {worst}", err=to_stdout)
+        if not is_stdout(html_out):
+            wrote(html_out, f"index of {len(results)} runs, worst verdict {worst}", size_of(html_out))
+    else:
+        d = results[0].diagnosis
+        summary = f"{VERDICTS[d.verdict]}, {len(d.findings)} finding(s), {d.run.steps:,} steps"
+        if not is_stdout(html_out):
+            wrote(html_out, summary, size_of(html_out))
+    out = sys.stderr if is_stdout(html_out) else sys.stdout
+    from collapse_doctor.report.text import console_for
+
+    console = console_for(out, color_for(out))
+    for result in results:
+        console.print(verdict_line(result.diagnosis, named=len(results) > 1), soft_wrap=True)
     raise typer.Exit(code)

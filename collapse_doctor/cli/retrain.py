@@ -7,13 +7,26 @@ from typing import Annotated
 
 import typer
 
-from collapse_doctor.cli.common import render_text, user_errors
-from collapse_doctor.cli.options import DebugOption, WeightsOption
+from collapse_doctor.cli.common import err, note, render_text, user_errors
+from collapse_doctor.cli.options import (
+    FAIL_ON_CHOICES,
+    SCALE_CHOICES,
+    DebugOption,
+    WeightsOption,
+    choice_option,
+    terminal_options,
+)
 
 
+@terminal_options("quiet", "verbose", "color")
 def retrain(
     algo: Annotated[
-        str | None, typer.Option("--algo", help="grpo, gdpo or gdpo-dynamic (default: config reward_mode, else gdpo).")
+        str | None,
+        choice_option(
+            "--algo",
+            choices=("grpo", "gdpo", "gdpo-dynamic"),
+            help="grpo, gdpo or gdpo-dynamic (default: config reward_mode, else gdpo).",
+        ),
     ] = None,
     model: Annotated[str | None, typer.Option("--model", help="Local model directory or hub id.")] = None,
     dataset: Annotated[
@@ -36,7 +49,9 @@ def retrain(
         Path | None, typer.Option("--output-dir", help="Where checkpoints, rollouts and TensorBoard go.")
     ] = None,
     max_steps: Annotated[int | None, typer.Option("--max-steps", min=1, help="Training steps.")] = None,
-    scale: Annotated[str, typer.Option("--scale", help="grpo scale_rewards: group, batch or none.")] = "group",
+    scale: Annotated[
+        str, choice_option("--scale", choices=SCALE_CHOICES, help="grpo scale_rewards: group, batch or none.")
+    ] = "group",
     max_completion_length: Annotated[
         int | None, typer.Option("--max-completion-length", min=1, help="Tokens per completion.")
     ] = None,
@@ -46,7 +61,11 @@ def retrain(
     ] = 10,
     fail_on: Annotated[
         str | None,
-        typer.Option("--fail-on", help="Stop (checkpoint, exit 1) at a finding at or above: info, warning, critical."),
+        choice_option(
+            "--fail-on",
+            choices=FAIL_ON_CHOICES,
+            help="Stop (checkpoint, exit 1) at a finding at or above: never (default), info, warning, critical.",
+        ),
     ] = None,
     seed: Annotated[int, typer.Option("--seed", help="Random seed.")] = 0,
     resume: Annotated[
@@ -57,7 +76,10 @@ def retrain(
     ] = False,
     demo: Annotated[bool, typer.Option("--demo", help="Built-in tiny model and task (CPU, no download).")] = False,
     demo_task: Annotated[
-        str, typer.Option("--demo-task", help="With --demo: copy (digit copying, default) or sums.")
+        str,
+        choice_option(
+            "--demo-task", choices=("copy", "sums"), help="With --demo: copy (digit copying, default) or sums."
+        ),
     ] = "copy",
     debug: DebugOption = False,
 ) -> None:
@@ -98,26 +120,31 @@ def retrain(
             write_every=write_every,
             seed=seed,
         )
-        from collapse_doctor.retrain.run import plan_retrain, run_retrain
+        from collapse_doctor.retrain.run import check_before_training, plan_retrain, run_retrain
 
         plan, differences = plan_retrain(options)
-        for line in plan.describe():
-            typer.echo(line)
-        if dry_run:
+        if dry_run:  # the plan is the result (stdout); nothing is loaded, so the Hub is not asked
             import json
 
+            for line in plan.describe():
+                typer.echo(line)
             typer.echo("GRPOConfig (values that differ from TRL's defaults):")
             typer.echo(json.dumps(differences, indent=2, default=str))
             return
-        result = run_retrain(options)
+        # A run that cannot start (an unreachable Hub, --resume without a checkpoint, ...) says only why, in one
+        # line; one that can prints its plan as a note (stderr) before loading the model and training.
+        checked = check_before_training(options)
+        for line in plan.describe():
+            note(line)
+        result = run_retrain(options, checked=checked)
         seconds = f"{result.seconds:.0f} s"
-        typer.echo(f"trained {result.steps} steps in {seconds}; rollouts in {result.rollouts_dir}")
-        if result.stop_reason:
-            typer.echo(f"stopped: {result.stop_reason}")
+        note(f"trained {result.steps} steps in {seconds}; rollouts in {result.rollouts_dir}")
+        if result.stop_reason:  # why it stopped early: said on stderr, even with -q
+            err(f"stopped: {result.stop_reason}")
             for finding in result.fail_on_findings:
-                typer.echo(f"  {finding}")
+                err(f"  {finding}")
         if result.interrupted:
-            typer.echo(
+            err(
                 f"a checkpoint was saved; continue with: collapse-doctor retrain ... --resume "
                 f"--output-dir {result.output_dir}"
             )

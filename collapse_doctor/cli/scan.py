@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from collapse_doctor.cli.common import color, color_for, err, scan_and_write
+from collapse_doctor.cli.common import color, color_for, scan_and_write, size_of, terminal, wrote
 from collapse_doctor.cli.options import (
     DETECTORS,
     INPUT,
@@ -22,6 +22,7 @@ from collapse_doctor.cli.options import (
     RunPathsArgument,
     ZeroAdvMarginOption,
     check_gate_margins,
+    choice_option,
     gate_settings,
     shared_options,
 )
@@ -45,7 +46,12 @@ def scan(
         Path | None, typer.Option("--html", help="Write the offline HTML report (as `report --html`) to this file.")
     ] = None,
     output_format: Annotated[
-        str, typer.Option("--format", help="stdout format: text, json or github (workflow annotations).")
+        str,
+        choice_option(
+            "--format",
+            choices=("text", "json", "github"),
+            help="stdout format: text, json or github (workflow annotations).",
+        ),
     ] = "text",
     summary_only: Annotated[
         bool,
@@ -76,6 +82,8 @@ def scan(
         step_summary=Path(step_summary) if step_summary else None,
         color=color(),
         summary_only=summary_only,
+        verbosity=terminal().verbosity,
+        warnings=False,  # said on stderr (scan_and_write)
     )
     check_gate_margins(
         zero_adv_margin,
@@ -101,23 +109,17 @@ def scan(
 
     code, results, gates = scan_and_write(paths, options, request, stdout=sys.stdout, gate=gate)
     _report_written(request, results)
-    out = sys.stderr if output_format != "text" else sys.stdout
-    write_gates(gates, out, color=color_for(out))
+    # The gate is the result of a text scan (stdout); beside JSON or annotations on stdout it is a note (stderr).
+    if output_format == "text":
+        write_gates(gates, sys.stdout, color=color_for(sys.stdout), verbosity=terminal().verbosity)
+    elif not terminal().quiet:
+        write_gates(gates, sys.stderr, color=color_for(sys.stderr), verbosity=terminal().verbosity)
     raise typer.Exit(code)
 
 
 def _report_written(request: OutputRequest, results: list[ScanResult]) -> None:
     """One ``wrote PATH (SIZE): WHAT`` line on stderr per file written (stdout stays the scan's own output)."""
-    from collapse_doctor.core.text_safety import printable
     from collapse_doctor.report.outputs import written_files
 
     for what, path in written_files(request, results):
-        try:
-            size = f" ({_size(path.stat().st_size)})" if path.is_file() else ""
-        except OSError:
-            size = ""
-        err(f"wrote {printable(path)}{size}: {what}")
-
-
-def _size(size: int) -> str:
-    return f"{size / 1e6:.1f} MB" if size >= 1e5 else f"{size / 1e3:.1f} kB"
+        wrote(path, what, size_of(path))

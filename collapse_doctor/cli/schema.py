@@ -7,13 +7,13 @@ from typing import Annotated
 import typer
 
 from collapse_doctor.cli.common import user_errors
-from collapse_doctor.cli.options import DebugOption
+from collapse_doctor.cli.options import DebugOption, choice_argument
 
 
 def schema(
     document: Annotated[
         str,
-        typer.Argument(metavar="DOCUMENT", help="Which document: scan or compare."),
+        choice_argument("DOCUMENT", choices=("scan", "compare"), help="Which command's JSON document."),
     ],
     debug: DebugOption = False,
 ) -> None:

@@ -8,12 +8,16 @@ from typing import Annotated
 
 import typer
 
-from collapse_doctor.cli.common import user_errors
-from collapse_doctor.cli.options import DebugOption
+from collapse_doctor.cli.common import note, user_errors
+from collapse_doctor.cli.options import DebugOption, choice_argument, terminal_options
+
+SCENARIOS = ("healthy", "single-reward", "saturating-format", "tied-sums", "collinear", "outlier-groups")
+"""pipeline.simulate's scenarios (not imported: it imports NumPy and pyarrow, and --help stays fast)."""
 
 
+@terminal_options("quiet")
 def simulate(
-    scenario: Annotated[str, typer.Argument(help="Scenario name (listed above).")],
+    scenario: Annotated[str, choice_argument("SCENARIO", choices=SCENARIOS, help="The synthetic run to write.")],
     output: Annotated[Path, typer.Option("-o", "--output", help="Output Parquet file.")],
     steps: Annotated[int, typer.Option("--steps", min=1, help="Training steps.")] = 400,
     groups: Annotated[int, typer.Option("--groups", min=1, help="Prompts (groups) per step.")] = 64,
@@ -46,13 +50,11 @@ def simulate(
         truth = summary.ground_truth
         onset = truth.get("onset_step")
         affected = ", ".join(truth.get("affected_channels") or []) or "none"
-        from collapse_doctor.io.storage.atomic import is_stdout
-
-        typer.echo(
+        # The Parquet file is the result (on stdout with `-o -`): what was written is said on stderr.
+        note(
             f"wrote {summary.path}: scenario {scenario}, {summary.rows:,} rows, {summary.steps} steps, "
             f"channels {', '.join(summary.channels)}; ground truth: "
             + (f"onset step {onset}" if onset is not None else "no onset (healthy)")
             + f", affected {affected}; "
-            f"{time.perf_counter() - started:.1f} s",
-            err=is_stdout(output),  # with `-o -` the Parquet file is on stdout
+            f"{time.perf_counter() - started:.1f} s"
         )

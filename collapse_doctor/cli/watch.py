@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import math
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from collapse_doctor.cli.common import EXIT_FINDINGS, EXIT_OK, Terminated, err
-from collapse_doctor.cli.options import DETECTORS, INPUT, LENGTHS, RUNS, shared_options
+from collapse_doctor.cli.common import EXIT_FINDINGS, EXIT_OK, Terminated, note, terminal
+from collapse_doctor.cli.options import DETECTORS, FAIL_ON_CHOICES, INPUT, LENGTHS, RUNS, choice_option, shared_options
 from collapse_doctor.core.options import ScanOptions
+
+if TYPE_CHECKING:
+    from collapse_doctor.core.findings import Finding
+    from collapse_doctor.core.result import Diagnosis
 
 
 @shared_options(INPUT, LENGTHS, DETECTORS, RUNS)
@@ -18,7 +22,11 @@ def watch(
     interval: Annotated[float, typer.Option("--interval", help="Seconds between polls (> 0).")] = 30.0,
     fail_on: Annotated[
         str,
-        typer.Option("--fail-on", help="Exit 1 at the first finding at or above: never, info, warning, critical."),
+        choice_option(
+            "--fail-on",
+            choices=FAIL_ON_CHOICES,
+            help="Exit 1 at the first finding at or above: never, info, warning, critical.",
+        ),
     ] = "never",
     *,
     options: ScanOptions,
@@ -41,7 +49,26 @@ def watch(
             f"--interval {interval:g}: expected at least {MIN_INTERVAL:g} seconds between polls",
             hint="e.g. --interval 30",
         )
-    typer.echo(f"watching {', '.join(paths)} every {interval:g} s (fail-on {fail_on}); Ctrl-C to stop")
+    from collapse_doctor.core.findings import check_fail_on
+
+    fail_on = check_fail_on(fail_on)  # a bad level is one line, before the watch starts
+    note(f"watching {', '.join(paths)} every {interval:g} s (fail-on {fail_on}); Ctrl-C to stop")
+    settings = terminal()
+
+    def found(diagnosis: Diagnosis, finding: Finding) -> None:
+        # Each new finding is a result (stdout); -q keeps only the summary and the line that stops the watch.
+        if settings.quiet:
+            return
+        typer.echo(finding_line(diagnosis, finding))
+        if settings.verbose and finding.evidence:
+            from collapse_doctor.report.text import evidence_text
+
+            typer.echo(f"    evidence: {evidence_text(finding)}")
+
+    def withdrawn(diagnosis: Diagnosis, finding: Finding) -> None:
+        if not settings.quiet:
+            typer.echo(withdrawn_line(diagnosis, finding))
+
     state = WatchState()
     try:
         follow(
@@ -50,9 +77,9 @@ def watch(
             interval=interval,
             fail_on=fail_on,
             max_polls=max_polls,
-            on_finding=lambda diagnosis, finding: typer.echo(finding_line(diagnosis, finding)),
-            on_withdrawn=lambda diagnosis, finding: typer.echo(withdrawn_line(diagnosis, finding)),
-            on_note=err,
+            on_finding=found,
+            on_withdrawn=withdrawn,
+            on_note=note,
             state=state,
         )
     except KeyboardInterrupt:

@@ -190,7 +190,11 @@ class Diagnosis:
         """
         lacks = {key: 0 for key in (*_LACKS, "data")}
         # a check that could judge the TRL callback's channel series counts as needing rollouts (the run lacks both)
-        reasons = {reason: key if key in _LACKS else "rollouts" for key, reason in REQUIREMENTS.items()}
+        # and one not for the run's estimator (no group baseline) is not judged, like one with too little data
+        reasons = {
+            reason: key if key in _LACKS else "data" if key == "group_baseline" else "rollouts"
+            for key, reason in REQUIREMENTS.items()
+        }
         for reason in self.skipped.values():
             lacks[reasons.get(reason, "series" if reason.startswith(LACKS_SERIES) else "data")] += 1
         has_rollouts, has_scalars = bool(self.run.rollouts), self.scalars is not None

@@ -4,14 +4,20 @@ Channel names, run names, paths and messages that embed them come from files the
 Shown raw, an ANSI escape could recolour or rewrite the terminal, a newline could forge a line of the report,
 a bidi control (U+202E...) could reorder what is read. :func:`printable` shows each such character as its
 Python escape (``\\x1b``, ``\\n``, ``\\u202e``) and leaves every other character, backslashes included, as is.
+
+:func:`shortened` and :func:`describe_sources` keep a long name or a list of inputs to a phrase every renderer
+(terminal, Markdown, HTML) shows alike.
 """
 
 from __future__ import annotations
 
+import os
 import re
 import unicodedata
+from collections.abc import Sequence
+from pathlib import PurePath
 
-__all__ = ["printable", "shortened"]
+__all__ = ["describe_sources", "printable", "shortened"]
 
 _BIDI = "\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"
 _UNSAFE_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp"})
@@ -69,3 +75,42 @@ def shortened(text: str, width: int = 60) -> str:
         return text
     tail = max(1, (width - 1) // 3)
     return text[: width - 1 - tail] + "…" + text[-tail:]
+
+
+def describe_sources(sources: Sequence[str], shown: int = 3) -> str:
+    """The input files in one short phrase: up to ``shown`` paths, else their directory and the file count.
+
+    >>> describe_sources(["runs/a.parquet"])
+    'runs/a.parquet'
+    >>> describe_sources([f"out/rollouts/part-{i}.parquet" for i in range(12)])
+    'out/rollouts/ (12 files)'
+    >>> describe_sources([f"out/rollouts/p{i}.parquet" for i in range(4)] + ["out/runs/x/ev", "out/tb/ev"])
+    'out/ (6 files in rollouts/, runs/x/, tb/)'
+    >>> describe_sources([f"s3://bucket/run/part-{i}.parquet" for i in range(12)])
+    's3://bucket/run/ (12 files)'
+    """
+    if len(sources) <= shown:
+        return ", ".join(sources)
+    scheme, _, _ = sources[0].partition("://")
+    if "://" in sources[0] and all(s.startswith(scheme + "://") for s in sources):
+        # Object storage: PurePath would fold "s3://b/k" into "s3:/b/k"; describe the keys, keep the scheme.
+        inner = describe_sources([s[len(scheme) + 3 :] for s in sources], shown)
+        return f"{scheme}://{inner}"
+    paths = [PurePath(s) for s in sources]
+    parents = list(dict.fromkeys(p.parent for p in paths))
+    if len(parents) == 1:
+        return f"{_dir(parents[0])} ({len(sources)} files)"
+    try:
+        common = PurePath(os.path.commonpath([str(p) for p in parents]))
+    except ValueError:  # absolute and relative paths mixed, or different drives
+        common = None
+    if common is None or str(common) in (".", common.anchor):
+        return ", ".join(sources[:shown]) + f" (+{len(sources) - shown} files)"
+    places = [_dir(p.relative_to(common)) if p != common else "./" for p in parents]
+    where = ", ".join(places) if len(places) <= shown else f"{len(places)} directories"
+    return f"{_dir(common)} ({len(sources)} files in {where})"
+
+
+def _dir(path: PurePath) -> str:
+    text = str(path)
+    return text if text.endswith(("/", "\\")) else text + "/"

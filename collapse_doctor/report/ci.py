@@ -2,60 +2,19 @@
 
 from __future__ import annotations
 
-import os
 import platform
 import time
 from collections.abc import Sequence
-from pathlib import PurePath
 from typing import TYPE_CHECKING
 from xml.etree import ElementTree as ET
 
 from collapse_doctor.core.findings import VERDICTS, Finding, Severity
 from collapse_doctor.core.numbers import fixed, pct, share_pct
 from collapse_doctor.core.result import Diagnosis, signal_sentence
-from collapse_doctor.core.text_safety import printable
+from collapse_doctor.core.text_safety import describe_sources, printable
 
 if TYPE_CHECKING:
     from collapse_doctor.pipeline.compare import GateResult
-
-
-def describe_sources(sources: Sequence[str], shown: int = 3) -> str:
-    """The input files in one short phrase: up to ``shown`` paths, else their directory and the file count.
-
-    >>> describe_sources(["runs/a.parquet"])
-    'runs/a.parquet'
-    >>> describe_sources([f"out/rollouts/part-{i}.parquet" for i in range(12)])
-    'out/rollouts/ (12 files)'
-    >>> describe_sources([f"out/rollouts/p{i}.parquet" for i in range(4)] + ["out/runs/x/ev", "out/tb/ev"])
-    'out/ (6 files in rollouts/, runs/x/, tb/)'
-    >>> describe_sources([f"s3://bucket/run/part-{i}.parquet" for i in range(12)])
-    's3://bucket/run/ (12 files)'
-    """
-    if len(sources) <= shown:
-        return ", ".join(sources)
-    scheme, _, _ = sources[0].partition("://")
-    if "://" in sources[0] and all(s.startswith(scheme + "://") for s in sources):
-        # Object storage: PurePath would fold "s3://b/k" into "s3:/b/k"; describe the keys, keep the scheme.
-        inner = describe_sources([s[len(scheme) + 3 :] for s in sources], shown)
-        return f"{scheme}://{inner}"
-    paths = [PurePath(s) for s in sources]
-    parents = list(dict.fromkeys(p.parent for p in paths))
-    if len(parents) == 1:
-        return f"{_dir(parents[0])} ({len(sources)} files)"
-    try:
-        common = PurePath(os.path.commonpath([str(p) for p in parents]))
-    except ValueError:  # absolute and relative paths mixed, or different drives
-        common = None
-    if common is None or str(common) in (".", common.anchor):
-        return ", ".join(sources[:shown]) + f" (+{len(sources) - shown} files)"
-    places = [_dir(p.relative_to(common)) if p != common else "./" for p in parents]
-    where = ", ".join(places) if len(places) <= shown else f"{len(places)} directories"
-    return f"{_dir(common)} ({len(sources)} files in {where})"
-
-
-def _dir(path: PurePath) -> str:
-    text = str(path)
-    return text if text.endswith(("/", "\\")) else text + "/"
 
 
 def _targets(code: str) -> str:
@@ -228,13 +187,19 @@ def _fmt(value: float | None) -> str:
     return "-" if value is None else fixed(value)
 
 
-def markdown_summary(diagnosis: Diagnosis) -> str:
-    """A Markdown summary for $GITHUB_STEP_SUMMARY or a pull-request comment."""
+def markdown_summary(diagnosis: Diagnosis, gate: GateResult | None = None) -> str:
+    """A Markdown summary for $GITHUB_STEP_SUMMARY or a pull-request comment.
+
+    With ``gate`` (``scan --baseline``) the gate decides: its conclusion (:func:`~collapse_doctor.pipeline.compare.
+    conclude`, worded as in the terminal) comes right under the heading and its criteria after the findings."""
     run = diagnosis.run
     icon = {"healthy": "✅", "inconclusive": "❔", "at_risk": "⚠️", "collapsed": "❌"}[diagnosis.verdict]
     clause = diagnosis.coverage_clause()
     verdict = VERDICTS[diagnosis.verdict] + (f" ({_md(clause)})" if clause else "")
-    out = [f"## {icon} collapse-doctor: {verdict}", "", signal_sentence(run.signal), ""]
+    out = [f"## {icon} collapse-doctor: {verdict}", ""]
+    if gate is not None:
+        out += [markdown_conclusion(gate), ""]
+    out += [signal_sentence(run.signal), ""]
     if run.rollouts == 0 and run.scalar_points:
         out += [
             f"`{_md(describe_sources(run.sources))}`: {run.steps:,} steps in the scalar log "
@@ -249,7 +214,7 @@ def markdown_summary(diagnosis: Diagnosis) -> str:
             f"{_fmt(row['reward_std_now'])} | {_fmt(row['reward_mean'])} |"
             for row in diagnosis.channel_table()
         ]
-        return _markdown_findings(diagnosis, out)
+        return _markdown_findings(diagnosis, out, gate)
     group_size = (
         str(run.group_size_min)
         if run.group_size_min == run.group_size_max
@@ -269,10 +234,41 @@ def markdown_summary(diagnosis: Diagnosis) -> str:
             f"| {_md(row['channel'])} | {row['weight']:g} | {_fmt(row['rel_gain_peak'])} -> "
             f"{_fmt(row['rel_gain_now'])} | {share} | {pct(row['zero_variance_share'])} |"
         )
-    return _markdown_findings(diagnosis, out)
+    return _markdown_findings(diagnosis, out, gate)
 
 
-def _markdown_findings(diagnosis: Diagnosis, out: list[str]) -> str:
+def markdown_conclusion(gate: GateResult) -> str:
+    """The gate's outcome and conclusion as one paragraph: ``**Regression gate against `GOOD`: failed.** The run is
+    worse than the baseline: ...; the gate fails the run`` (the sentence that opens `scan --baseline` in a terminal)."""
+    from collapse_doctor.pipeline.compare import conclude
+    from collapse_doctor.report.compare_text import conclusion_sentence
+
+    sentence = conclusion_sentence(conclude(gate), "the baseline", "the run")
+    outcome = "failed ❌" if gate.failed else "passed ✅"
+    return f"**Regression gate against `{_md(gate.baseline)}`: {outcome}.** {_md(sentence[:1].upper() + sentence[1:])}"
+
+
+def _markdown_gate(gate: GateResult) -> list[str]:
+    """The gate's criteria as a table, each with its numbers and result, then the gate's summary."""
+    from collapse_doctor.report.compare_text import criterion_value
+
+    out = [
+        "",
+        f"### Regression gate (fail-on `{gate.settings.fail_on}`)",
+        "",
+        "| criterion | baseline | run | limit | detail | result |",
+        "|---|---:|---:|---:|---|---|",
+    ]
+    for c in gate.criteria:
+        share = c.name == "zero_advantage_share"
+        cells = [criterion_value(v, share) for v in (c.baseline, c.run, c.limit)]
+        result = "**failed**" if c.failed else "ok"
+        out.append(f"| {_md(c.subject)} | {' | '.join(_md(v) for v in cells)} | {_md(c.detail)} | {result} |")
+    out += ["", _md(gate.summary())]
+    return out
+
+
+def _markdown_findings(diagnosis: Diagnosis, out: list[str], gate: GateResult | None = None) -> str:
     out.append("")
     if not diagnosis.findings:
         out.append("No findings.")
@@ -290,4 +286,6 @@ def _markdown_findings(diagnosis: Diagnosis, out: list[str]) -> str:
                 f"| {f.severity.label} | {f.code} | **{_md(f.title)}**: {_md(f.message)} | {onset} | "
                 f"{_md(f.remedy)} | {resolves} |"
             )
+    if gate is not None:
+        out += _markdown_gate(gate)
     return "\n".join(out) + "\n"

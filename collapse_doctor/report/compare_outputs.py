@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 
 def describe_run(diagnosis: Diagnosis) -> str:
     """A run without a name, by its input files (``runs/a.parquet``, ``out/rollouts/ (12 files)``)."""
-    from collapse_doctor.report.ci import describe_sources
+    from collapse_doctor.core.text_safety import describe_sources
 
     return describe_sources(diagnosis.run.sources)
 
@@ -33,15 +33,18 @@ def gate_runs(
     return [regression_gate(base, ComparedRun(d.run.name or describe_run(d), d), settings) for d in diagnoses]
 
 
-def write_gates(gates: Sequence[GateResult], out: IO[str], *, color: bool | None = None) -> None:
+def write_gates(gates: Sequence[GateResult], out: IO[str], *, color: bool | None = None, verbosity: int = 0) -> None:
     """Each gate after a blank line: its conclusion (what got worse or better, what could not be compared, whether
-    the gate fails the run), then every criterion with its numbers."""
+    the gate fails the run), then every criterion with its numbers (``verbosity`` -1: the conclusion only)."""
     from collapse_doctor.report.compare_text import render_conclusion, render_gate
     from collapse_doctor.report.text import console_for
 
     for gate in gates:
-        out.write("\n")
         console = console_for(out, color)
+        if verbosity < 0:
+            render_conclusion(gate, console, blank=False)
+            continue
+        out.write("\n")
         render_conclusion(gate, console)
         render_gate(gate, console=console)
 
@@ -56,11 +59,13 @@ def write_comparison(
     stdout: IO[str],
     color: bool | None = None,
     on_written: Callable[[str, Path], None] | None = None,
+    verbosity: int = 0,
 ) -> None:
     """Write the comparison's files (never over one of ``inputs``) and its stdout: JSON with ``output_format``
     ``json`` or ``--json -``, else the terminal text unless the HTML page is on stdout.
 
     ``on_written(what, path)`` is told of each file once it is written (a path of ``-`` is stdout, not a file).
+    ``verbosity``: of the terminal text (``-1``: the conclusions only).
     """
     from collapse_doctor.io.storage.atomic import atomic_path, is_stdout
     from collapse_doctor.report.compare_text import render_comparison
@@ -80,5 +85,5 @@ def write_comparison(
     if output_format == "json" or (json_out is not None and is_stdout(json_out)):
         stdout.write(text)
     elif html_out is None or not is_stdout(html_out):
-        render_comparison(comparison, stdout, color=color)
+        render_comparison(comparison, stdout, color=color, verbosity=verbosity)
     stdout.flush()

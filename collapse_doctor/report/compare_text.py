@@ -21,7 +21,21 @@ from collapse_doctor.pipeline.compare import (
     GateResult,
     conclude,
 )
-from collapse_doctor.report.text import _num, _state, _table, console_for
+from collapse_doctor.report.text import (
+    ONE_LINE,
+    QUIET,
+    VERBOSE,
+    Layout,
+    _num,
+    _state,
+    _table,
+    console_for,
+    fit_table,
+    peak_to_now,
+    print_table,
+    print_table_with_folds,
+    wraps,
+)
 
 _VERDICT_STYLE = {
     "healthy": "bold green",
@@ -45,15 +59,28 @@ def run_letter(index: int) -> str:
     return letters
 
 
-def render_comparison(comparison: Comparison, file: IO[str] | None = None, *, color: bool | None = None) -> None:
-    """Print the runs side by side: verdicts and signal budgets, channel tables, findings by run, the gates."""
-    console = console_for(file, color)
+def render_comparison(
+    comparison: Comparison,
+    file: IO[str] | None = None,
+    *,
+    color: bool | None = None,
+    verbosity: int = 0,
+    width: int | None = None,
+    terminal: bool | None = None,
+) -> None:
+    """Print the runs side by side: verdicts and signal budgets, channel tables, findings by run, the gates.
+
+    ``verbosity``: ``-1`` the conclusions only (``-q``), ``1`` each run's skipped checks too (``-v``); ``width``
+    and ``terminal`` as for :func:`~collapse_doctor.report.text.console_for`."""
+    console = console_for(file, color, width=width, terminal=terminal)
     runs = comparison.runs
     letters = [run_letter(i) for i in range(len(runs))]
     # The answer first: each later run against the first, in the gate's words.
     for k, conclusion in enumerate(comparison.conclusions, start=1):
         chunks = conclusion_chunks(conclusion, letters[0], letters[k], gated=bool(comparison.gates))
         print_conclusion(console, chunks, failed=conclusion.gate_failed)
+    if verbosity <= QUIET:
+        return
     console.print()
     how = "by step" if comparison.align == "step" else "by fraction of training"
     console.print(Text(f"Compare {len(runs)} runs (aligned {how})", style="bold"))
@@ -64,7 +91,7 @@ def render_comparison(comparison: Comparison, file: IO[str] | None = None, *, co
         line.append(f"  {printable(run.label)}")
         console.print(line, soft_wrap=True)  # a long path stays whole on its line
     console.print()
-    _budget(console, comparison, letters)
+    _budget(console, comparison, letters, verbose=verbosity >= VERBOSE)
     _channels(console, comparison, letters)
     _findings(console, comparison, letters)
     for gate in comparison.gates:
@@ -76,7 +103,7 @@ WIDE_RUNS = 6
 would each be a few characters wide: blank)."""
 
 
-def _budget(console: Console, comparison: Comparison, letters: Sequence[str]) -> None:
+def _budget(console: Console, comparison: Comparison, letters: Sequence[str], *, verbose: bool = False) -> None:
     runs = [r.diagnosis for r in comparison.runs]
 
     def signal(key: str) -> list[str]:
@@ -110,53 +137,69 @@ def _budget(console: Console, comparison: Comparison, letters: Sequence[str]) ->
         for i, letter in enumerate(letters):
             table.add_row(letter, *(cells[i] for cells in rows.values()))
     console.print(Text("Verdicts and signal budgets (under each run's own algorithm)", style="bold"))
-    console.print(table)
+    print_table(console, fit_table(console, [lambda: (table, None)]))
     for letter, d in zip(letters, runs, strict=True):
         source = printable(d.run.algorithm_source)
         console.print(f"  {letter}: algorithm {printable(d.run.algorithm.upper())} ({source})", style="dim")
+        for code, reason in d.skipped.items() if verbose else ():
+            console.print(f"  {letter}: skipped {code}: {printable(reason)}", style="dim")
     console.print()
 
 
+CHANNEL_COLUMNS = (
+    ("channel", "channel", "channel"),
+    ("run", "run", "run"),
+    ("weight", "weight", "w"),
+    ("rel_gain", "rel_gain peak -> now", "rel_gain peak -> now"),
+    ("share", "variance share", "var"),
+    ("constant", "constant", "const"),
+    ("state", "state", "state"),
+    ("mean", "mean reward", "mean"),
+)
+"""The compare channel table's columns: ``(key, header, short header)``; the narrowest layout drops weight, constant
+and mean reward."""
+
+
 def _channels(console: Console, comparison: Comparison, letters: Sequence[str]) -> None:
-    table = _table()
-    for name, justify in [
-        ("channel", "left"),
-        ("run", "left"),
-        ("weight", "right"),
-        ("rel_gain peak -> now", "right"),
-        ("variance share", "right"),
-        ("constant", "right"),
-        ("state", "left"),
-        ("mean reward", "right"),
-    ]:
-        # Numbers stay on one line; a long channel name folds instead.
-        table.add_column(name, justify=justify, no_wrap=name != "channel", overflow="fold")  # type: ignore[arg-type]
     rows = [{row["channel"]: row for row in r.diagnosis.channel_table()} for r in comparison.runs]
-    for channel in comparison.channels:
-        first = True
-        for letter, by_channel, run in zip(letters, rows, comparison.runs, strict=True):
-            row = by_channel.get(channel)
-            name = printable(channel) if first else ""
-            first = False
-            if row is None:
-                table.add_row(name, letter, "-", "not in this run", "-", "-", "-", "-")
-                continue
-            algo = "gdpo" if run.diagnosis.run.algorithm == "gdpo" else "grpo"
-            peak_at = f" (step {row['rel_gain_peak_step']})" if row.get("rel_gain_peak_step") is not None else ""
-            table.add_row(
-                name,
-                letter,
-                f"{row['weight']:g}",
-                f"{_num(row.get('rel_gain_peak'))}{peak_at} -> {_num(row.get('rel_gain_now'))}",
-                share_pct(row.get(f"signal_share_{algo}")),
-                pct(row.get("zero_variance_share")),
-                _state(row),
-                _num(row.get("reward_mean")),
-            )
+
+    def build(layout: str) -> tuple[Any, int | None]:
+        table = _table()
+        keep = [c for c in CHANNEL_COLUMNS if layout != "narrowest" or c[0] not in ("weight", "constant", "mean")]
+        shown = [(key, header if layout == "full" else short) for key, header, short in keep]
+        for key, header in shown:
+            table.add_column(header, justify="left" if key in ("channel", "run", "state") else "right", **ONE_LINE)
+        steps = {"full": "full", "short": "short"}.get(layout, "none")
+        for channel in comparison.channels:
+            for k, (letter, by_channel, run) in enumerate(zip(letters, rows, comparison.runs, strict=True)):
+                row = by_channel.get(channel)
+                cells = {"channel": printable(channel) if k == 0 else "", "run": letter}
+                if row is None:
+                    cells |= dict.fromkeys(("weight", "share", "constant", "state", "mean"), "-")
+                    cells["rel_gain"] = "not in this run"
+                else:
+                    algo = "gdpo" if run.diagnosis.run.algorithm == "gdpo" else "grpo"
+                    cells |= {
+                        "weight": f"{row['weight']:g}",
+                        "rel_gain": peak_to_now(
+                            row.get("rel_gain_peak"),
+                            row.get("rel_gain_peak_step"),
+                            row.get("rel_gain_now"),
+                            steps=steps,
+                        ),
+                        "share": share_pct(row.get(f"signal_share_{algo}")),
+                        "constant": pct(row.get("zero_variance_share")),
+                        "state": _state(row),
+                        "mean": _num(row.get("reward_mean")),
+                    }
+                table.add_row(*(cells[key] for key, _ in shown))
+        return table, 0
+
+    layouts: list[Layout] = [lambda layout=layout: build(layout) for layout in ("full", "short", "narrow", "narrowest")]  # type: ignore[misc]
     console.print(
         Text("Channels (now = median of the last 10% of steps; variance share under the run's algorithm)", style="bold")
     )
-    console.print(table)
+    print_table(console, fit_table(console, layouts))
     console.print()
 
 
@@ -175,25 +218,37 @@ def _findings(console: Console, comparison: Comparison, letters: Sequence[str]) 
         console.print()
         return
     wide = len(letters) <= WIDE_RUNS
-    table = _table()
-    table.add_column("code", justify="left")
-    table.add_column("finding", justify="left")
-    for letter in letters if wide else ():
-        table.add_column(letter, justify="left")
-    table.add_column("in", justify="right")  # right-justified: no trailing spaces on the last column
-    for match in comparison.findings:
-        present = match.present
-        if wide:
-            where = "in every run" if match.shared else "only in " + ", ".join(letters[i] for i in present)
-        else:  # no column per run: where it is, with its severity and onset in each
-            runs = ", ".join(f"{letters[i]} {_at(match.findings[i])}" for i in present)
-            where = f"in every run: {runs}" if match.shared else f"in {len(present)} of {len(letters)}: {runs}"
-        title = match.title
-        if match.titles_differ:
-            title = " / ".join(f"{letters[i]}: {f.condition}" for i, f in enumerate(match.findings) if f is not None)
-        cells = [_at(f) for f in match.findings] if wide else []
-        table.add_row(match.code, printable(title), *cells, where)
-    console.print(table)
+
+    def build(with_where: bool) -> tuple[Any, int | None]:
+        table = _table()
+        table.add_column("code", justify="left", **ONE_LINE)
+        table.add_column("finding", justify="left", **ONE_LINE)
+        for letter in letters if wide else ():
+            table.add_column(letter, justify="left", **ONE_LINE)
+        if with_where:
+            table.add_column(
+                "in", justify="right", **ONE_LINE
+            )  # right-justified: no trailing spaces on the last column
+        for match in comparison.findings:
+            present = match.present
+            if wide:
+                where = "in every run" if match.shared else "only in " + ", ".join(letters[i] for i in present)
+            else:  # no column per run: where it is, with its severity and onset in each
+                runs = ", ".join(f"{letters[i]} {_at(match.findings[i])}" for i in present)
+                where = f"in every run: {runs}" if match.shared else f"in {len(present)} of {len(letters)}: {runs}"
+            title = match.title
+            if match.titles_differ:
+                title = " / ".join(
+                    f"{letters[i]}: {f.condition}" for i, f in enumerate(match.findings) if f is not None
+                )
+            cells = [_at(f) for f in match.findings] if wide else []
+            table.add_row(match.code, printable(title), *cells, *([where] if with_where else []))
+        # With a column per run the "in" column goes before a title is cut (it only repeats those columns).
+        return table, 1 if not (wide and with_where) else None
+
+    # Narrow: the "in" column goes; then, on a terminal, a long title is cut.
+    layouts: list[Layout] = [lambda: build(True)] + ([lambda: build(False)] if wide else [])
+    print_table(console, fit_table(console, layouts))
     console.print("  (severity @ onset step, ended @ the step a condition recovered at)", style="dim")
     console.print()
 
@@ -206,40 +261,45 @@ def render_gate(
     console.print(Text(f"Regression gate (fail-on {gate.settings.fail_on})", style="bold"))
     console.print(f"  run       {printable(gate.run)}", soft_wrap=True)
     console.print(f"  baseline  {printable(gate.baseline)}", soft_wrap=True)
-    table = _table()
-    for name, justify in [
-        ("criterion", "left"),
-        ("baseline", "right"),
-        ("run", "right"),
-        ("limit", "right"),
-        ("detail", "left"),
-        ("result", "right"),  # right-justified: no trailing spaces on the last column
-    ]:
-        # Numbers and results stay on one line; the criterion keeps its width, the detail wraps.
-        wraps = name in ("criterion", "detail")
-        table.add_column(
-            name,
-            justify=justify,  # type: ignore[arg-type]
-            no_wrap=not wraps,
-            overflow="fold",
-            min_width=20 if name == "criterion" else None,
-        )
-    for c in gate.criteria:
-        share = c.name == "zero_advantage_share"
-        table.add_row(
-            printable(c.subject),
-            _cell(c.baseline, share),
-            _cell(c.run, share),
-            _cell(c.limit, share),
-            printable(c.detail),
-            Text("FAILED", style="bold red") if c.failed else Text("ok", style="green"),
-        )
-    console.print(table)
+
+    def build(with_detail: bool) -> tuple[Any, int | None]:
+        table = _table()
+        for name, justify in [
+            ("criterion", "left"),
+            ("baseline", "right"),
+            ("run", "right"),
+            ("limit", "right"),
+            ("detail", "left"),
+            ("result", "right"),  # right-justified: no trailing spaces on the last column
+        ]:
+            if name != "detail" or with_detail:
+                table.add_column(name, justify=justify, **ONE_LINE)  # type: ignore[arg-type]
+        for c in gate.criteria:
+            share = c.name == "zero_advantage_share"
+            cells: list[str | Text] = [
+                printable(c.subject),
+                criterion_value(c.baseline, share),
+                criterion_value(c.run, share),
+                criterion_value(c.limit, share),
+                printable(c.detail),
+                Text("FAILED", style="bold red") if c.failed else Text("ok", style="green"),
+            ]
+            table.add_row(*(cells if with_detail else cells[:4] + cells[5:]))
+        return table, 0
+
+    table, _ = build(True)
+    natural = sum(max([len(str(col.header))] + [len(str(cell)) for cell in col.cells]) for col in table.columns)
+    if natural + 3 * (len(table.columns) - 1) <= console.width:
+        print_table(console, table)
+    else:  # narrow: the detail folds under its row
+        folds = [Text("      " + printable(c.detail), style="dim") if c.detail else None for c in gate.criteria]
+        print_table_with_folds(console, fit_table(console, [lambda: build(False)]), folds)
     console.print(Text(gate.summary(), style="bold red" if gate.failed else "bold green"))
     console.print()
 
 
-def _cell(value: Any, share: bool) -> str:
+def criterion_value(value: Any, share: bool) -> str:
+    """A gate criterion's number as the terminal shows it (a share in whole percents, else two decimals)."""
     if value is None:
         return "-"
     if isinstance(value, float):
@@ -305,7 +365,10 @@ def conclusion_chunks(
 
 def print_conclusion(console: Console, chunks: Sequence[str], *, failed: bool) -> None:
     """The conclusion's chunks (:func:`conclusion_chunks`) wrapped to the console, continuation lines indented,
-    lines broken between measures where they fit."""
+    lines broken between measures where they fit; off a terminal, one line."""
+    if not wraps(console):
+        console.print(Text(" ".join(printable(c) for c in chunks), style="bold red" if failed else "bold green"))
+        return
     width = max(40, console.width - 1)
     lines = [""]
     for chunk in (printable(c) for c in chunks):
@@ -403,10 +466,11 @@ def _and(items: Sequence[str]) -> str:
     return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
 
 
-def render_conclusion(gate: GateResult, console: Console) -> None:
+def render_conclusion(gate: GateResult, console: Console, *, blank: bool = True) -> None:
     """``scan --baseline``: the gate's conclusion first, of "the run" against "the baseline" (the gate's table
-    below names both)."""
+    below names both), then a blank line (``blank``)."""
     chunks = conclusion_chunks(conclude(gate), "the baseline", "the run")
     chunks[0] = chunks[0][:1].upper() + chunks[0][1:]
     print_conclusion(console, chunks, failed=gate.failed)
-    console.print()
+    if blank:
+        console.print()

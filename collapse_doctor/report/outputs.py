@@ -67,9 +67,15 @@ class OutputRequest:
     """GitHub's job summary file (``$GITHUB_STEP_SUMMARY``, read by the caller): with ``format="github"``
     the Markdown summary is appended to it."""
     color: bool | None = None
-    """Text on stdout: ``None`` colours a terminal only, ``False`` never (``NO_COLOR``)."""
+    """Text on stdout: ``None`` colours a terminal only, ``False`` never (``NO_COLOR``, ``--color never``),
+    ``True`` always (``FORCE_COLOR``, ``--color always``)."""
     summary_only: bool = False
     """Text on stdout with several runs: the one-line-per-run summary table only, not each run's detail."""
+    verbosity: int = 0
+    """Text on stdout: ``-1`` each run's verdict line only (``-q``), ``0`` the report, ``1`` with evidence and
+    skipped checks in full (``-v``)."""
+    warnings: bool = True
+    """Text on stdout: the run card lists the run's warnings (the CLI says them on stderr instead)."""
 
     def __post_init__(self) -> None:
         if self.format not in STDOUT_FORMATS:
@@ -180,11 +186,14 @@ def gated_exit_code(gates: Sequence[GateResult], failures: Sequence[Failure] = (
     return EXIT_ERROR if failures else max((gate.exit_code for gate in gates), default=0)
 
 
-def markdown_text(diagnoses: Sequence[Diagnosis]) -> str:
-    """The Markdown summary of each run, one after another."""
+def markdown_text(diagnoses: Sequence[Diagnosis], gates: Sequence[GateResult] = ()) -> str:
+    """The Markdown summary of each run, one after another; with ``gates`` (``scan --baseline``, one per run) each
+    run's summary opens with the gate's conclusion and ends with its criteria (:func:`~collapse_doctor.report.ci.
+    markdown_gate`), and the gate decides the outcome it states."""
     from collapse_doctor.report.ci import markdown_summary
 
-    return "\n".join(markdown_summary(d) for d in diagnoses)
+    gated: list[GateResult | None] = list(gates) if gates else [None] * len(diagnoses)
+    return "\n".join(markdown_summary(d, gate) for d, gate in zip(diagnoses, gated, strict=True))
 
 
 def written_files(request: OutputRequest, results: Sequence[ScanResult]) -> list[tuple[str, Path]]:
@@ -247,7 +256,7 @@ def write_outputs(
         )
         _write_text(request.junit, xml, inputs)
     if request.markdown is not None:
-        _write_text(request.markdown, markdown_text(diagnoses), inputs)
+        _write_text(request.markdown, markdown_text(diagnoses, gates), inputs)
     if request.html is not None:
         from collapse_doctor.report.html.collect import ReportExtras
         from collapse_doctor.report.html.page import write_report
@@ -313,24 +322,31 @@ def _render_stdout(
         stdout.write("".join(github_annotations(d) for d in diagnoses))
         if request.step_summary is not None:
             with open(request.step_summary, "a", encoding="utf-8") as handle:
-                handle.write(markdown_text(diagnoses))
+                handle.write(markdown_text(diagnoses, gates))
     else:
-        from collapse_doctor.report.text import render_text
+        from collapse_doctor.report.text import QUIET, render_text
 
-        isatty = getattr(stdout, "isatty", None)
-        plain = request.color is False or not (callable(isatty) and isatty())
-        if len(diagnoses) + len(failures) > 1:
+        several = len(diagnoses) + len(failures) > 1
+        if several and request.verbosity > QUIET:
             from collapse_doctor.report.text import render_summary
 
-            render_summary(diagnoses, stdout, color=False if plain else None, failures=failures)
+            render_summary(diagnoses, stdout, color=request.color, failures=failures)
             if request.summary_only:
                 stdout.flush()
                 return
             stdout.write("\n")
         for i, diagnosis in enumerate(diagnoses):
-            if i:
+            if i and request.verbosity > QUIET:
                 stdout.write("\n")
-            render_text(diagnosis, stdout, color=False if plain else None, json_written=request.json is not None)
+            render_text(
+                diagnosis,
+                stdout,
+                color=request.color,
+                json_written=request.json is not None,
+                verbosity=request.verbosity,
+                warnings=request.warnings,
+                named=several and request.verbosity <= QUIET,
+            )
     stdout.flush()
 
 

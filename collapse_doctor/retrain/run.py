@@ -99,8 +99,44 @@ def _last_checkpoint(output_dir: Path) -> Path | None:
     return Path(found) if found else None
 
 
-def _load_model(plan: RetrainPlan) -> tuple[Any, Any, Any]:
-    """Model, tokenizer and dataset for the plan."""
+@dataclass(frozen=True)
+class Preflight:
+    """What :func:`check_before_training` found: the checkpoint ``--resume`` continues from, and whether a hub
+    model is loaded from the cache alone (the Hub unreachable)."""
+
+    checkpoint: Path | None = None
+    local_only: bool = False
+
+
+def check_before_training(options: RetrainOptions) -> Preflight:
+    """The checks that fail a retrain before anything is loaded, each in one line: the TRL seam, ``--resume``
+    without a checkpoint, an ``--output-dir`` that already holds a run, a hub model neither cached nor reachable.
+    ``retrain`` runs them before it prints its plan, so a run that cannot start says only why."""
+    require_train_extra()
+    from collapse_doctor.integrations.rollouts import ROLLOUTS_DIR
+    from collapse_doctor.integrations.trl import check_trl_seam
+    from collapse_doctor.retrain.plan import CACHED_OFFLINE, check_hub_model
+
+    check_trl_seam()
+    output_dir = Path(options.output_dir)
+    checkpoint = _last_checkpoint(output_dir) if options.resume else None
+    if options.resume and checkpoint is None:
+        raise UsageError(f"--resume: no checkpoint-* directory in {output_dir}", hint="run without --resume first")
+    rollouts = output_dir / ROLLOUTS_DIR
+    if not options.resume and rollouts.is_dir() and any(rollouts.iterdir()):
+        raise UsageError(
+            f"--output-dir {output_dir} already holds a run",
+            hint="pass --resume to continue it, or choose another --output-dir",
+        )
+    local_only = False
+    if not options.demo and options.model and not Path(str(options.model)).exists():
+        # Fail in one line instead of transformers' retry loop against an unreachable Hub.
+        local_only = check_hub_model(str(options.model)) == CACHED_OFFLINE
+    return Preflight(checkpoint=checkpoint, local_only=local_only)
+
+
+def _load_model(plan: RetrainPlan, *, local_only: bool = False) -> tuple[Any, Any, Any]:
+    """Model, tokenizer and dataset for the plan (``local_only``: a hub model from the cache alone)."""
     from collapse_doctor.retrain.data import read_prompt_rows, to_dataset
 
     options = plan.options
@@ -114,10 +150,6 @@ def _load_model(plan: RetrainPlan) -> tuple[Any, Any, Any]:
 
     rows = read_prompt_rows(options.dataset or "")
     name = str(options.model)
-    from collapse_doctor.retrain.plan import CACHED_OFFLINE, check_hub_model
-
-    # Fail in one line instead of transformers' retry loop against an unreachable Hub.
-    local_only = not Path(name).exists() and check_hub_model(name) == CACHED_OFFLINE
     try:
         tokenizer = AutoTokenizer.from_pretrained(name, local_files_only=local_only)
         model = AutoModelForCausalLM.from_pretrained(name, local_files_only=local_only)
@@ -131,33 +163,25 @@ def _load_model(plan: RetrainPlan) -> tuple[Any, Any, Any]:
     return model, tokenizer, to_dataset(rows)
 
 
-def run_retrain(options: RetrainOptions, *, final_scan: bool = True) -> RetrainResult:
-    """Train with TRL's GRPOTrainer under the plan, monitored; scan the run at the end."""
+def run_retrain(options: RetrainOptions, *, final_scan: bool = True, checked: Preflight | None = None) -> RetrainResult:
+    """Train with TRL's GRPOTrainer under the plan, monitored; scan the run at the end (``checked``: what
+    :func:`check_before_training` found for these options, when the caller ran it already)."""
     require_train_extra()
     from transformers import set_seed  # type: ignore[import-untyped,unused-ignore]
     from trl import GRPOConfig, GRPOTrainer  # type: ignore[import-untyped,unused-ignore]
 
-    from collapse_doctor.integrations.rollouts import ROLLOUTS_DIR
-    from collapse_doctor.integrations.trl import CollapseDoctorCallback, check_trl_seam, trl_step
+    from collapse_doctor.integrations.trl import CollapseDoctorCallback, trl_step
     from collapse_doctor.retrain.callbacks import InterruptFlag, RetrainCallback
     from collapse_doctor.retrain.dynamic import DynamicWeighting
     from collapse_doctor.retrain.rewards import named_reward
 
     started = time.perf_counter()
-    check_trl_seam()
     plan = build_plan(options)
+    checked = checked if checked is not None else check_before_training(options)
+    checkpoint = checked.checkpoint
     output_dir = Path(options.output_dir)
-    checkpoint = _last_checkpoint(output_dir) if options.resume else None
-    if options.resume and checkpoint is None:
-        raise UsageError(f"--resume: no checkpoint-* directory in {output_dir}", hint="run without --resume first")
-    rollouts = output_dir / ROLLOUTS_DIR
-    if not options.resume and rollouts.is_dir() and any(rollouts.iterdir()):
-        raise UsageError(
-            f"--output-dir {output_dir} already holds a run",
-            hint="pass --resume to continue it, or choose another --output-dir",
-        )
     set_seed(options.seed)
-    model, tokenizer, dataset = _load_model(plan)
+    model, tokenizer, dataset = _load_model(plan, local_only=checked.local_only)
     with quiet_transformers():
         args = GRPOConfig(**plan.grpo_config_kwargs(_num_processes()))
     s = plan.settings

@@ -32,7 +32,8 @@ def test_writes_advantages_in_input_order(write_table: WriteTable, tmp_path: Pat
     out = tmp_path / "adv.parquet"
     result = invoke("advantages", a, b, "-o", out, "--weights", "format=1,correct=0.5")
     assert result.exit_code == 0, result.output
-    assert f"wrote {out}: 160 rows, 4 steps" in result.stdout
+    size = f"{out.stat().st_size / 1000:.1f} kB"  # every "wrote" line says the size (docs/usage.md)
+    assert f"wrote {out} ({size}): 160 rows, 4 steps" in result.stderr and not result.stdout  # a note, not a result
     written = pq.read_table(out)
     assert written.column_names == [
         "step", "group_id", "prompt", "completion", "reward/format", "reward/correct",

@@ -46,8 +46,9 @@ def test_report_of_one_of_several_runs(logs: Path, tmp_path: Path) -> None:
     out = tmp_path / "bad.html"
     result = runner.invoke(app, ["report", str(logs), "--run", "bad", "--html", str(out)])
     assert result.exit_code == 1, result.output
-    assert result.stdout.startswith(f"wrote {out} (") and "MB): COLLAPSED, " in result.stdout
-    assert result.stdout.count("\n") == 1
+    # The file written is said on stderr; the result on stdout is the run's verdict line.
+    assert result.stderr.startswith(f"wrote {out} (") and "MB): COLLAPSED, " in result.stderr
+    assert result.stdout.startswith("COLLAPSED") and result.stdout.count("\n") == 1
     assert "run</th><td>bad" in out.read_text(encoding="utf-8")
 
 

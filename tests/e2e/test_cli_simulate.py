@@ -18,7 +18,7 @@ def test_simulate_writes_run_with_ground_truth(tmp_path: Path) -> None:
     args = ["simulate", "saturating-format", "-o", str(out), "--steps", "40", "--groups", "4"]
     result = runner.invoke(app, [*args, "--group-size", "8", "--seed", "3"])
     assert result.exit_code == 0, result.output
-    assert "1,280 rows, 40 steps, channels format, correct; ground truth: onset step 16" in result.stdout
+    assert "1,280 rows, 40 steps, channels format, correct; ground truth: onset step 16" in result.stderr
     table = pq.read_table(out)
     assert table.num_rows == 40 * 4 * 8
     truth = json.loads(table.schema.metadata[b"collapse_doctor.ground_truth"])

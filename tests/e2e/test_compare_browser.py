@@ -36,6 +36,17 @@ def test_demo_comparison_renders_in_chromium(browser: Any, tmp_path: Path) -> No
         "return Array.from(document.querySelectorAll('#chart-adv-std .legendtext')).map(t => t.textContent)"
     )
     assert legend == [f"A: {runs[0]}", f"B: {runs[1]}"]
+    # The channel table has the report's state column, per run (A then B under each channel).
+    from collapse_doctor.report.html.page import channel_state
+
+    states = browser.execute_script(
+        "const t = Array.from(document.querySelectorAll('#runs table')).find(t => t.innerText.includes('state'));"
+        "const i = Array.from(t.tHead.rows[0].cells).findIndex(c => c.innerText === 'state');"
+        "return Array.from(t.tBodies[0].rows).map(r => r.cells[i].innerText);"
+    )
+    tables = [{row["channel"]: row for row in r.diagnosis.channel_table()} for r in comparison.runs]
+    assert states == [channel_state(t[c]) for c in comparison.channels for t in tables]
+    assert "floor 91%" in states
     assert screenshot(browser, "compare-demo").stat().st_size > 50_000
 
 

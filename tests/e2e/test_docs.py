@@ -45,7 +45,7 @@ def test_the_report_example_in_the_docs_is_what_report_prints(tmp_path: Path) ->
     result = CliRunner().invoke(
         app, ["report", str(ROOT / "sample_logs" / "saturating-format.parquet"), "--html", str(out)]
     )
-    printed = re.search(r"^wrote .+ \(([\d.]+) MB\): (.+)$", result.stdout, re.M)
+    printed = re.search(r"^wrote .+ \(([\d.]+) MB\): (.+)$", result.stderr, re.M)  # not a result: stderr
     assert printed is not None, result.output
     assert printed.group(2) == quoted.group(2)
     assert abs(float(printed.group(1)) - float(quoted.group(1))) <= 0.15 * float(quoted.group(1))

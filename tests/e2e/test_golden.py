@@ -52,7 +52,9 @@ def _close(actual: object, expected: object, path: str = "$") -> None:
 def test_golden_outputs(sample: Path, tmp_path: Path) -> None:
     relative = sample.relative_to(ROOT)
     out = tmp_path / "scan.json"
-    result = runner.invoke(app, ["scan", str(relative), "--json", str(out), "--device", "cpu"], env={"NO_COLOR": "1"})
+    # off a terminal, tables take COLUMNS when set: unset here, the documented default width (report/text.py)
+    env = {"NO_COLOR": "1", "COLUMNS": None}
+    result = runner.invoke(app, ["scan", str(relative), "--json", str(out), "--device", "cpu"], env=env)
     assert result.exit_code in (0, 1), result.output
     data = json.loads(out.read_text())
     jsonschema.validate(data, SCHEMA)

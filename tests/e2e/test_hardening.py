@@ -167,7 +167,7 @@ def test_control_characters_in_channel_names_are_escaped(write_table: WriteTable
         assert "\x1b" not in text and "\u202e" not in text and "\nFORGED" not in text
     exported = runner.invoke(app, ["advantages", str(path), "-o", str(tmp_path / "adv.parquet")])
     assert exported.exit_code == 0, exported.output
-    assert EVIL_SHOWN in exported.stdout and "\x1b" not in exported.stdout and exported.stdout.count("\n") == 1
+    assert EVIL_SHOWN in exported.stderr and "\x1b" not in exported.stderr and exported.stderr.count("\n") == 1
 
 
 def test_control_characters_are_escaped_in_colour(write_table: WriteTable) -> None:

@@ -29,18 +29,22 @@ def prefix(s3_server: S3Server, tmp_path_factory: pytest.TempPathFactory) -> str
 
 
 def _interrupted(args: list[str], after: float, *, wait_for: str | None = None) -> subprocess.CompletedProcess[str]:
-    """Run ``collapse-doctor ARGS``, send SIGINT after ``after`` seconds (or once stdout shows ``wait_for``)."""
+    """Run ``collapse-doctor ARGS``, send SIGINT after ``after`` seconds (or ``after`` seconds once a line on
+    stderr, where notes such as ``watching ...`` go, shows ``wait_for``)."""
     started = time.monotonic()
     process = subprocess.Popen([*CLI, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    before = ""
     if wait_for is not None:
-        assert process.stdout is not None
-        first = process.stdout.readline()
-        assert wait_for in first, first
+        assert process.stderr is not None
+        while wait_for not in before:  # a warning may come first; readline gives "" once the process ended
+            line = process.stderr.readline()
+            assert line, (process.wait(), before)
+            before += line
     time.sleep(after)
     process.send_signal(signal.SIGINT)
     out, err = process.communicate(timeout=INTERRUPT_GRACE + 20)
     assert time.monotonic() - started < after + INTERRUPT_GRACE + 15, "the interrupt did not end the command"
-    return subprocess.CompletedProcess(process.args, process.returncode, out, err)
+    return subprocess.CompletedProcess(process.args, process.returncode, out, before + err)
 
 
 @pytest.mark.parametrize("after", [0.4, 1.0, 1.6, 2.2])
@@ -60,6 +64,7 @@ def test_ctrl_c_during_an_object_storage_scan(prefix: str, after: float) -> None
 def test_ctrl_c_ends_a_watch_of_a_prefix_with_its_summary(prefix: str) -> None:
     done = _interrupted(["watch", prefix, "--interval", "0.5", "--device", "cpu"], 3.0, wait_for="watching")
     assert done.returncode == 0, done.stderr
+    assert done.stderr.startswith("watching s3://"), done.stderr  # the note on stderr, the summary on stdout
     assert "stopped (Ctrl-C): watched " in done.stdout and "Traceback" not in done.stderr, done.stderr
 
 

@@ -6,6 +6,7 @@ compared with the same command over the local files (the paths aside).
 
 from __future__ import annotations
 
+import html as htmllib
 import json
 import logging
 import re
@@ -160,7 +161,16 @@ def test_report_and_advantages_read_the_bucket(runs: dict[str, Path], tmp_path: 
     result = runner.invoke(app, ["report", url, "--html", str(html), *CPU])
     assert result.exit_code == 0, result.output  # the saturated channel is an info finding
     page = html.read_text(encoding="utf-8")
-    assert f"<code>{url}/completions</code>" in page and "CD101" in page
+    # The run card summarises the inputs under their root, the URL whole (never folded into "s3:/"): the rollouts
+    # prefix read as one dataset, named, and the event file; the list folded under it, one item per input.
+    folded = re.search(r'<details class="inputs"><summary>(.*?)</summary><ul class="files">(.*?)</ul>', page)
+    assert folded is not None, page
+    summary, listed = (htmllib.unescape(re.sub(r"<[^>]+>", "", part)) for part in folded.groups())
+    (events,) = [k.removeprefix("trl/") for k in _keys(s3_server) if k.startswith("trl/runs/")]
+    assert summary == f"{url}/: completions, 1 event file under {events.rpartition('/')[0]}/", summary
+    items = [htmllib.unescape(re.sub(r"<[^>]+>", "", item)) for item in re.findall(r"<li>(.*?)</li>", folded[2])]
+    assert items == ["completions", events], listed
+    assert "CD101" in page
 
     exported, expected = tmp_path / "remote.parquet", tmp_path / "local.parquet"
     for source, out in ((url, exported), (str(runs["trl"]), expected)):

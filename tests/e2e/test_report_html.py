@@ -66,7 +66,6 @@ def test_report_has_every_section_of_a_rollout_run(saturating: tuple[Diagnosis, 
     ids = [chart["id"] for chart in data["charts"]]
     for expected in (
         "chart-rel-gain",
-        "chart-weights",
         "chart-share-grpo",
         "chart-share-gdpo",
         "chart-dominance",
@@ -79,7 +78,6 @@ def test_report_has_every_section_of_a_rollout_run(saturating: tuple[Diagnosis, 
         "chart-logged-mae",
         "chart-logged-bound",
         "chart-logged-scatter",
-        "chart-tied",
         "chart-distinct",
         "chart-corr-heatmap",
         "chart-corr-steps",
@@ -92,9 +90,16 @@ def test_report_has_every_section_of_a_rollout_run(saturating: tuple[Diagnosis, 
     assert "AT RISK" in page
     assert "onset step 39" in page  # CD402: `format` drowns `correct` while it saturates
     assert "What CD101 checks" in page and "Why it matters" in page
-    # Onset markers on the step charts, the ground truth of the simulated run.
-    rel_gain = next(c for c in data["charts"] if c["id"] == "chart-rel-gain")
-    assert any(s.get("x0") == 73 and s["type"] == "line" for s in rel_gain["layout"]["shapes"])
+    # Constant series are one line each, not a chart: the weights (1 and 1), the tied share (0 all along).
+    assert "chart-weights" not in ids and "chart-tied" not in ids
+    assert "Channel weights, constant over the run (not drawn): format 1, correct 1." in page
+    assert "Tied pairs: different reward vectors, equal sum: constant at 0% over the run (not drawn)." in page
+    # Onset markers and shading on every step chart, the ground truth of the simulated run.
+    for chart in data["charts"]:
+        if chart["steps"]:
+            shapes = chart["layout"]["shapes"]
+            assert any(s.get("x0") == 73 and s["type"] == "line" and s["name"].startswith("onset-") for s in shapes)
+            assert [s["name"] for s in shapes if s["type"] == "rect" and "name" in s] == ["shade-0", "shade-1"]
     assert "expected CD101" in page
     # Example groups around the onset, recomputed advantages next to the rewards.
     assert 'id="examples"' in page
@@ -168,9 +173,47 @@ def test_scalar_panels_appear_only_when_the_run_has_scalars(
         points=200,
     )
     page = build_report(replace(diagnosis, scalars=scalars))
-    ids = [c["id"] for c in report_data(page)["charts"]]
-    assert 'id="scalars"' in page and "chart-scalar-0" in ids and "chart-scalar-1" in ids
-    assert "Logged as train/kl." in page
+    charts = {c["id"]: c for c in report_data(page)["charts"]}
+    # entropy (constant at 1) is one line; kl is drawn with the findings' onsets as every step chart
+    assert 'id="scalars"' in page and list(charts)[-1] == "chart-scalar-1"
+    assert "entropy: constant at 1 over the run (not drawn)." in page
+    assert "Logged as train/kl." in page and "Logged as train/entropy." not in page
+    onsets = [s["x0"] for s in charts["chart-scalar-1"]["layout"]["shapes"] if s["type"] == "line"]
+    assert onsets == [f.onset_step for f in diagnosis.findings if f.onset_step is not None]
+
+
+def test_the_callbacks_copies_of_series_drawn_from_rollouts_are_not_drawn_again(
+    saturating: tuple[Diagnosis, ReportExtras, str],
+) -> None:
+    """The TRL callback logs rel_gain, signal share, zero-variance share and advantage std per step: the rollout
+    sections draw them already, so the scalar section names them in one line instead of a second chart."""
+    from collapse_doctor.core.scalars import ScalarSeries, TagPoints
+
+    diagnosis, _, _ = saturating
+    steps = np.arange(200)
+    wave = np.sin(steps / 7.0)
+    series = {
+        "channel_rel_gain/format": ("collapse_doctor/rel_gain/format", wave),
+        "channel_rel_gain/correct": ("collapse_doctor/rel_gain/correct", wave),
+        "channel_signal_share/format": ("train/collapse_doctor/signal_share/format", wave),
+        "advantage_std": ("collapse_doctor/advantage_std", wave),
+        "frac_reward_zero_std": ("collapse_doctor/zero_variance_group_share", wave),
+        "channel_dominance/format": ("collapse_doctor/dominance/format", wave),  # not drawn per step above
+        "kl": ("train/kl", wave),
+    }
+    scalars = ScalarSeries(
+        framework="trl",
+        series={name: TagPoints(steps, values) for name, (_, values) in series.items()},
+        tags={name: tag for name, (tag, _) in series.items()},
+        points=200 * len(series),
+    )
+    page = build_report(replace(diagnosis, scalars=scalars))
+    titles = re.findall(r'<figure class="chart"[^>]*><h3>([^<]*)</h3>', page.split('id="scalars"')[1])
+    assert titles == ["channel_dominance", "kl"]
+    assert (
+        "Not drawn again: collapse_doctor/advantage_std, collapse_doctor/rel_gain/*, collapse_doctor/"
+        "zero_variance_group_share, train/collapse_doctor/signal_share/* (5 series the callback logged" in page
+    )
 
 
 def test_a_run_without_rollout_series_renders_the_header(saturating: tuple[Diagnosis, ReportExtras, str]) -> None:

@@ -350,7 +350,7 @@ def test_cli_demo_trains_and_prints_the_verdict(tmp_path: Path) -> None:
         str(out_dir),
     )
     assert code == 0, err
-    assert "trained 2 steps" in out
+    assert "trained 2 steps" in err  # a note (stderr); the verdict is the result (stdout)
     assert any(v in out for v in ("HEALTHY", "INCONCLUSIVE", "AT RISK", "COLLAPSED"))
     code, out, err = invoke("scan", str(out_dir / "rollouts"), "--fail-on", "never")
     assert code == 0, err

@@ -73,8 +73,8 @@ def test_sigterm_prints_the_summary_and_exits_143(tmp_path: Path) -> None:
         stderr=subprocess.PIPE,
         text=True,
     )
-    assert process.stdout is not None
-    assert process.stdout.readline().startswith("watching ")
+    assert process.stdout is not None and process.stderr is not None
+    assert process.stderr.readline().startswith("watching ")  # a note: stderr; the findings are the results
     first = process.stdout.readline()  # the first scan's first finding: the watch is polling now
     assert " CD50" in first, first
     process.send_signal(signal.SIGTERM)

@@ -192,15 +192,17 @@ def test_export_cli_says_which_scale_and_why(tmp_path: Path) -> None:
     out = tmp_path / "adv.parquet"
     result = runner.invoke(app, ["advantages", str(CORPUS / "drowning-batch-grpo-s0"), "-o", str(out)])
     assert result.exit_code == 0, result.output
-    assert "scale batch (detected: the logged advantages match GRPO with --scale batch)" in result.stdout
+    # The file is the result; the `wrote` line that says how it was made is on stderr (stdout may be the file).
+    assert result.stdout == "" and result.stderr.startswith(f"wrote {out} (")
+    assert "scale batch (detected: the logged advantages match GRPO with --scale batch)" in result.stderr
     result = runner.invoke(app, ["advantages", str(CORPUS / "drowning-batch-gdpo-s0"), "-o", str(out)])
-    assert "scale group (default: the logged advantages match GDPO, which --scale does not change)" in result.stdout
+    assert "scale group (default: the logged advantages match GDPO, which --scale does not change)" in result.stderr
     unlogged = tmp_path / "unlogged.parquet"
     pq.write_table(
         pq.read_table(_write_run(tmp_path / "run.parquet", (1.0, 1.0))).drop_columns(["advantage"]), unlogged
     )
     result = runner.invoke(app, ["advantages", str(unlogged), "-o", str(out)])
-    assert "scale group (default: no logged advantage column)" in result.stdout
+    assert "scale group (default: no logged advantage column)" in result.stderr and result.stdout == ""
 
 
 def test_weights_in_the_file_metadata_are_not_second_guessed(tmp_path: Path) -> None:

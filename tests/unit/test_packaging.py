@@ -38,6 +38,10 @@ def test_the_wheel_carries_what_users_need(wheel: zipfile.ZipFile) -> None:
     assert "License-Expression: Apache-2.0" in lines and "License-File: docs/LICENSE" in lines
     assert any(n.endswith(".dist-info/licenses/docs/LICENSE") for n in names)
     assert not any(n.startswith(("tests/", "benchmarks/", "sample_logs/")) for n in names)
+    assert not [n for n in names if n.endswith("conftest.py")], "test configuration stays out of the wheel"
+    [metadata_text] = [wheel.read(n).decode() for n in names if n.endswith(".dist-info/METADATA")]
+    assert "Project-URL: Homepage, https://collapse-doctor.dev" in metadata_text
+    assert "Project-URL: Documentation, https://collapse-doctor.dev/docs" in metadata_text
 
 
 @pytest.mark.parametrize("document", sorted(SCHEMAS))

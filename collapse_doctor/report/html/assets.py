@@ -19,22 +19,44 @@ h3 { font-size: 14px; margin: 0 0 2px; }
 .verdict.healthy { background: var(--ok); } .verdict.at_risk { background: var(--warning); }
 .verdict.collapsed { background: var(--critical); } .verdict.inconclusive { background: #7a4fa0; }
 .muted { color: var(--muted); }
-nav { position: sticky; top: 0; z-index: 10; background: var(--card); border-bottom: 1px solid var(--line); }
-nav .inner { max-width: 1400px; margin: 0 auto; padding: 6px 24px; display: flex; gap: 16px; flex-wrap: wrap; }
-nav a { color: var(--info); text-decoration: none; font-size: 13px; }
+h1 .budget { font-size: 17px; font-weight: 600; }
+nav { position: sticky; top: 0; z-index: 10; background: var(--card); border-bottom: 1px solid var(--line);
+      box-shadow: 0 1px 3px rgba(0, 0, 0, .04); }
+nav .inner { max-width: 1400px; margin: 0 auto; padding: 6px 24px; display: flex; gap: 8px 24px; flex-wrap: wrap;
+             align-items: center; justify-content: space-between; }
+nav .links, nav .toggles { display: flex; gap: 4px 16px; flex-wrap: wrap; align-items: center; }
+nav a { color: var(--info); text-decoration: none; font-size: 13px; border-bottom: 2px solid transparent; }
 nav a:hover { text-decoration: underline; }
-.cards { display: grid; grid-template-columns: minmax(0, 2fr) minmax(0, 3fr); gap: 16px; margin-top: 16px; }
+nav a.current { color: var(--fg); border-bottom-color: var(--info); }
+nav .toggles { font-size: 12px; }
+nav label.shade { cursor: pointer; white-space: nowrap; display: inline-flex; align-items: center; gap: 2px; }
+nav label.shade .swatch { margin: 0 3px 0 2px; }
+section { scroll-margin-top: 44px; }
+#findings > h2 { margin-top: 16px; }
+.findings { display: grid; grid-template-columns: repeat(2, minmax(0, 1fr)); gap: 12px; margin-top: 8px; }
+.cards { display: grid; grid-template-columns: minmax(0, 2fr) minmax(0, 3fr); gap: 16px; margin-top: 8px; }
 .card { background: var(--card); border: 1px solid var(--line); border-radius: 6px; padding: 12px 16px;
         overflow-x: auto; }
-td.name { max-width: 32ch; overflow-wrap: anywhere; }  /* long channel names wrap, columns stay in view */
-.card td code { word-break: break-all; }
+/* long channel names wrap, columns stay in view */
+td.name { min-width: 16ch; max-width: 32ch; overflow-wrap: anywhere; }
+.card td code:not(.path) { word-break: break-all; }
+code.path { white-space: normal; word-break: normal; overflow-wrap: normal; }
+code.path .seg { white-space: nowrap; }  /* a path breaks after a "/", never inside a name */
+details.inputs > summary { color: var(--fg); }
+ul.files { margin: 4px 0 0; padding-left: 18px; max-height: 260px; overflow: auto; }
+td.state { white-space: nowrap; }
+td.state.ceiling, td.state.floor, td.state.sparse, td.state.clipped { color: var(--warning); font-weight: 600; }
+ul.flat { color: var(--muted); margin: 8px 0 0; padding-left: 18px; font-size: 13px; }
+details.skipped { color: var(--muted); font-size: 13px; margin-top: 8px; }
+details.skipped ul { margin: 4px 0; }
 table { border-collapse: collapse; width: 100%; }
 th, td { text-align: left; padding: 4px 8px; border-bottom: 1px solid var(--line); vertical-align: top; }
 th { font-weight: 600; color: var(--muted); font-size: 12px; }
 td.num, th.num { text-align: right; font-variant-numeric: tabular-nums; }
 td.num { white-space: nowrap; }
 .swatch { display: inline-block; width: 10px; height: 10px; border-radius: 2px; margin-right: 6px; }
-.finding { border-left: 4px solid var(--line); margin: 12px 0; }
+.finding { border-left: 4px solid var(--line); margin: 0; }
+.finding .headline .swatch { vertical-align: -1px; }
 .finding.critical { border-left-color: var(--critical); } .finding.warning { border-left-color: var(--warning); }
 .finding.info { border-left-color: var(--info); } .finding.error { border-left-color: var(--error); }
 .sev { font-size: 11px; font-weight: 700; text-transform: uppercase; padding: 1px 6px; border-radius: 3px;
@@ -65,10 +87,10 @@ code { background: #eef0f4; padding: 0 3px; border-radius: 3px; font-size: 12px;
 .missing { color: var(--muted); font-style: italic; }
 footer { color: var(--muted); font-size: 12px; margin-top: 40px; }
 .examples-grid { display: grid; grid-template-columns: repeat(auto-fill, minmax(400px, 1fr)); gap: 16px; }
-.examples-grid.text { grid-template-columns: minmax(0, 1fr); }
+.examples-grid.text { grid-template-columns: repeat(2, minmax(0, 1fr)); }
 .examples-grid h3 { font-weight: 600; }
 @media (max-width: 1000px) {
-  .grid, .cards { grid-template-columns: minmax(0, 1fr); }
+  .grid, .cards, .findings, .examples-grid.text { grid-template-columns: minmax(0, 1fr); }
   .grid > .chart { grid-column: 1 / -1 !important; }
 }
 """
@@ -98,6 +120,7 @@ SCRIPT = """
     }
     var el = document.getElementById(chart.id);
     var started = performance.now();
+    placeOnsets(chart, el);
     Plotly.newPlot(el, chart.data, chart.layout, config).then(function () {
       window.__chartMs[chart.id] = performance.now() - started;
       if (chart.steps) { stepPlots.push(el); }
@@ -112,6 +135,70 @@ SCRIPT = """
       setTimeout(drawNext, 0);
     });
   }
+
+  // Onset labels sit above the plot; where two would overlap at this chart's width, the later one moves up a row.
+  var measure = document.createElement("canvas").getContext("2d");
+  function placeOnsets(chart, el) {
+    var notes = (chart.layout.annotations || []).filter(function (a) { return /^onset-/.test(a.name || ""); });
+    if (!chart.xspan || !notes.length) { return; }
+    var margin = chart.layout.margin || {};
+    var plotWidth = el.clientWidth - (margin.l || 80) - (margin.r || 80);
+    var span = Math.max(chart.xspan[1] - chart.xspan[0], 1e-9);
+    var ends = [];
+    notes.slice().sort(function (a, b) { return a.x - b.x; }).forEach(function (note) {
+      var font = note.font || {};
+      measure.font = (font.size || 10) + "px " + ((chart.layout.font || {}).family || "sans-serif");
+      var width = measure.measureText(note.text).width + 8;
+      var left = (note.x - chart.xspan[0]) / span * plotWidth;
+      note.xanchor = left + width > plotWidth ? "right" : "left";
+      if (note.xanchor === "right") { left -= width; }
+      var row = 0;
+      while (row < ends.length && ends[row] + 4 > left) { row += 1; }
+      ends[row] = left + width;
+      note.yshift = 2 + ROW * row;
+    });
+    var top = Math.max(margin.t || 0, 8 + ROW * ends.length);
+    // the plot keeps its height: the rows of labels add to the chart's
+    chart.layout.height = (chart.layout.height || 380) + top - (margin.t || 0);
+    margin.t = top;
+    chart.layout.margin = margin;
+  }
+  var ROW = 17;
+
+  // One shading per finding on every step chart, turned on and off by its box in the table of contents.
+  function shade(index, on) {
+    var name = "shade-" + index;
+    data.charts.forEach(function (chart) {  // charts not drawn yet start with the choice
+      (chart.layout.shapes || []).forEach(function (s) { if (s.name === name) { s.visible = on; } });
+    });
+    stepPlots.forEach(function (el) {
+      var update = {};
+      ((el.layout || {}).shapes || []).forEach(function (s, j) {
+        if (s.name === name) { update["shapes[" + j + "].visible"] = on; }
+      });
+      if (Object.keys(update).length) { Plotly.relayout(el, update); }
+    });
+  }
+  Array.prototype.forEach.call(document.querySelectorAll("input.shade-toggle"), function (box) {
+    box.addEventListener("change", function () { shade(box.getAttribute("data-shade"), box.checked); });
+  });
+
+  // The table of contents marks the section in view.
+  var links = Array.prototype.slice.call(document.querySelectorAll("nav a[href^='#']"));
+  var targets = links.map(function (a) { return document.getElementById(a.getAttribute("href").slice(1)); });
+  var nav = document.querySelector("nav");
+  var pending = false;
+  function markCurrent() {
+    pending = false;
+    var top = (nav ? nav.getBoundingClientRect().bottom : 0) + 16;
+    var current = -1;
+    targets.forEach(function (el, i) { if (el && el.getBoundingClientRect().top <= top) { current = i; } });
+    links.forEach(function (a, i) { a.classList.toggle("current", i === current); });
+  }
+  window.addEventListener("scroll", function () {
+    if (!pending) { pending = true; window.requestAnimationFrame(markCurrent); }
+  }, { passive: true });
+  markCurrent();
 
   var syncing = false;
   function shareZoom(source, event) {

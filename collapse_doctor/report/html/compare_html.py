@@ -22,7 +22,7 @@ from collapse_doctor.core.text_safety import printable
 from collapse_doctor.pipeline.compare import ComparedRun, Comparison, run_series
 from collapse_doctor.report.compare_text import conclusion_sentence, run_letter
 from collapse_doctor.report.html.figures import Chart, Section, base_layout, display_index, esc, numbers, plot_text
-from collapse_doctor.report.html.page import _fmt, _rich, html_page
+from collapse_doctor.report.html.page import _fmt, _rich, channel_state, html_page
 
 RUN_COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf", "#7f7f7f")
 """One colour per run, the same on every chart and in the tables."""
@@ -189,7 +189,7 @@ def _channels_table(comparison: Comparison) -> str:
             name = f'<td class="name">{esc(printable(channel))}</td>' if k == 0 else "<td></td>"
             if row is None:
                 rows.append(
-                    f'<tr>{name}<td>{_swatch(k)}{run_letter(k)}</td><td colspan="5" class="muted">'
+                    f'<tr>{name}<td>{_swatch(k)}{run_letter(k)}</td><td colspan="6" class="muted">'
                     "not in this run</td></tr>"
                 )
                 continue
@@ -200,12 +200,13 @@ def _channels_table(comparison: Comparison) -> str:
                 f'<td class="num">{_fmt(row.get("rel_gain_peak"), 2)} -> {_fmt(row.get("rel_gain_now"), 2)}</td>'
                 f'<td class="num">{esc(share_pct(row.get(f"signal_share_{algo}")))}</td>'
                 f'<td class="num">{esc(pct(row.get("zero_variance_share")))}</td>'
+                f'<td class="state {esc(row.get("state") or "")}">{esc(channel_state(row))}</td>'
                 f'<td class="num">{_fmt(row.get("reward_mean"), 3)}</td></tr>'
             )
     return (
         '<table><thead><tr><th>channel</th><th>run</th><th class="num">weight</th>'
         '<th class="num">rel_gain peak -> now</th><th class="num">variance share</th>'
-        '<th class="num">constant groups</th><th class="num">mean reward</th></tr></thead>'
+        '<th class="num">constant groups</th><th>state</th><th class="num">mean reward</th></tr></thead>'
         f"<tbody>{''.join(rows)}</tbody></table>"
     )
 
@@ -320,7 +321,7 @@ def build_comparison_html(comparison: Comparison) -> str:
         '<header class="top"><div class="inner">'
         f"<h1><span>collapse-doctor: {len(comparison.runs)} runs compared</span></h1>"
         f'<div class="muted">aligned {esc(how)}; one colour per run on every chart</div></div></header>',
-        f'<nav><div class="inner">{"".join(links)}</div></nav>',
+        f'<nav id="toc"><div class="inner"><div class="links">{"".join(links)}</div></div></nav>',
         "<main>",
         _conclusion(comparison),
         f'<section id="runs"><h2>Runs</h2><div class="card">{_runs_table(comparison)}</div>',

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import html
 import math
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -21,6 +22,7 @@ import numpy as np
 from collapse_doctor.core.series import RECOMPUTATIONS
 
 if TYPE_CHECKING:
+    from collapse_doctor.core.findings import Finding
     from collapse_doctor.core.result import Diagnosis
     from collapse_doctor.report.html.collect import AdvantageHistograms, LoggedSample, ReportExtras
 
@@ -41,7 +43,15 @@ CHANNEL_COLORS = (
 ALGO_COLORS = {"grpo": "#d62728", "gdpo": "#222222"}
 ALGO_DASH = {"grpo": "solid", "gdpo": "dot"}
 STEP_PICK_COLORS = ("#9ecae1", "#3182bd", "#08306b")
-FINDING_COLOR = "rgba(214, 39, 40, 0.08)"
+FINDING_COLORS = ("#d62728", "#7b4fb8", "#1a8f8f", "#b8860b", "#c2459b", "#5b7f1e")
+"""One colour per marked finding: its onset line, its label, its shading (at :data:`SHADE_ALPHA`) and its toggle."""
+SHADE_ALPHA = 0.11
+MAX_MARKED = 6
+"""Findings with an onset marked on the step charts (the most severe first)."""
+ONSET_ROW_PX = 17
+"""Height of one row of onset labels above a step chart."""
+WHOLE_RUN = 0.75
+"""A finding whose steps cover this share of the run starts with its shading off: it would tint the whole chart."""
 ADV_STD_BAND = (0.3, 1.5)
 """Healthy band of the advantage std (DESIGN.md defaults)."""
 COLLINEAR = ("CD401", "warn_rho")
@@ -66,6 +76,15 @@ class Chart:
     steps_axis: bool = True
     """Its x axis is training steps (zoom is shared with the other step charts)."""
 
+    def x_span(self) -> list[float] | None:
+        """The steps its x axis covers when autoranged (its lines, onset lines and shading), for placing the onset
+        labels before it is drawn; ``None`` off the step axis or without data."""
+        if not self.steps_axis:
+            return None
+        xs = [v for t in self.data for v in (t.get("x") or [])[:1] + (t.get("x") or [])[-1:] if v is not None]
+        xs += [s[k] for s in self.layout.get("shapes", ()) if s.get("xref") == "x" for k in ("x0", "x1")]
+        return [float(min(xs)), float(max(xs))] if xs else None
+
 
 @dataclass
 class Section:
@@ -75,6 +94,12 @@ class Section:
     charts: list[Chart] = field(default_factory=list)
     missing: str = ""
     """Shown instead of charts when the data for the section does not exist."""
+    short: str = ""
+    """Its name in the table of contents (default: the title)."""
+    flat: list[str] = field(default_factory=list)
+    """One line (plain text) per chart left out because every series on it is constant."""
+    not_redrawn: str = ""
+    """One line (plain text) naming series left out because another section already draws them."""
 
 
 def esc(text: str) -> str:
@@ -131,6 +156,7 @@ class StepFigures:
         self.steps = diagnosis.series.steps
         self.max_points = max_points
         self.thinned = len(self.steps) > max_points
+        self._marked: list[tuple[int, Finding]] | None = None
 
     # -- traces -------------------------------------------------------------------------------
     def line(
@@ -189,9 +215,10 @@ class StepFigures:
         y_range: list[float] | None = None,
         percent: bool = False,
         log: bool = False,
-        shade: bool = False,
+        steps: tuple[int, int] | None = None,
     ) -> dict[str, Any]:
-        """Step-axis layout with the findings' onsets (and, with ``shade``, their step ranges) marked."""
+        """Step-axis layout with each marked finding's onset (a dashed line labelled with its code) and its steps
+        (a shaded band the reader toggles); ``steps``: the chart's first and last step (default: the run's)."""
         yaxis: dict[str, Any] = {"title": {"text": y_title}, "zeroline": False}
         if y_range is not None:
             yaxis["range"] = y_range
@@ -200,70 +227,101 @@ class StepFigures:
         if log:
             yaxis["type"] = "log"
             yaxis["exponentformat"] = "power"
+        marked = self.marked()
         return base_layout(
             xaxis={"title": {"text": "training step"}},
             yaxis=yaxis,
-            shapes=self.finding_shapes(shade),
+            shapes=self.finding_shapes(steps),
             annotations=self.finding_annotations(),
             hovermode="x unified",
-            margin={"l": 64, "r": 16, "t": 40, "b": 90},
+            # one row of onset labels above the plot; the page script adds rows where labels would overlap
+            margin={"l": 64, "r": 16, "t": ONSET_ROW_PX + 8 if marked else 16, "b": 90},
         )
 
-    def finding_shapes(self, shade: bool = False) -> list[dict[str, Any]]:
-        """A dashed line at each finding's onset, and a shaded band over its step range with ``shade``."""
+    def marked(self) -> list[tuple[int, Finding]]:
+        """The findings marked on the step charts, with their index into :data:`FINDING_COLORS`."""
+        if self._marked is None:
+            onsets = [f for f in self.diagnosis.findings if f.onset_step is not None][:MAX_MARKED]
+            self._marked = list(enumerate(onsets))
+        return self._marked
+
+    def shade_on(self, finding: Finding) -> bool:
+        """Whether a finding's shading starts visible: not when it covers (nearly) the whole run."""
+        run = self.diagnosis.run
+        if finding.step_range is None:
+            return False
+        if run.first_step is not None and run.last_step is not None:
+            first, last = int(run.first_step), int(run.last_step)  # a scalar-only run has no step series
+        elif len(self.steps):
+            first, last = int(self.steps[0]), int(self.steps[-1])
+        else:
+            return True
+        covered = min(finding.step_range[1], last) - max(finding.step_range[0], first)
+        return last <= first or covered < WHOLE_RUN * (last - first)
+
+    def finding_shapes(self, steps: tuple[int, int] | None = None) -> list[dict[str, Any]]:
+        """Per marked finding: a band over its steps (clipped to ``steps``, named ``shade-K`` for the toggles) and a
+        dashed line at its onset (``onset-K``), in its colour."""
+        if steps is None:
+            steps = (int(self.steps[0]), int(self.steps[-1])) if len(self.steps) else (0, 0)
         shapes: list[dict[str, Any]] = []
-        for finding in self._findings():
-            if shade and finding.step_range is not None:
-                shapes.append(
-                    {
-                        "type": "rect",
-                        "xref": "x",
-                        "yref": "paper",
-                        "x0": finding.step_range[0],
-                        "x1": finding.step_range[1],
-                        "y0": 0,
-                        "y1": 1,
-                        "fillcolor": FINDING_COLOR,
-                        "line": {"width": 0},
-                        "layer": "below",
-                    }
-                )
+        for k, finding in self.marked():
+            color = FINDING_COLORS[k]
+            if finding.step_range is not None:
+                x0, x1 = max(finding.step_range[0], steps[0]), min(finding.step_range[1], steps[1])
+                if x0 <= x1:
+                    shapes.append(
+                        {
+                            "type": "rect",
+                            "name": f"shade-{k}",
+                            "xref": "x",
+                            "yref": "paper",
+                            "x0": x0,
+                            "x1": x1,
+                            "y0": 0,
+                            "y1": 1,
+                            "fillcolor": _rgba(color, SHADE_ALPHA),
+                            "line": {"width": 0},
+                            "layer": "below",
+                            "visible": self.shade_on(finding),
+                        }
+                    )
             shapes.append(
                 {
                     "type": "line",
+                    "name": f"onset-{k}",
                     "xref": "x",
                     "yref": "paper",
                     "x0": finding.onset_step,
                     "x1": finding.onset_step,
                     "y0": 0,
                     "y1": 1,
-                    "line": {"color": "#b22222", "width": 1.2, "dash": "dash"},
+                    "line": {"color": color, "width": 1.4, "dash": "dash"},
                 }
             )
         return shapes
 
     def finding_annotations(self) -> list[dict[str, Any]]:
-        out = []
-        for k, finding in enumerate(self._findings()):
-            out.append(
-                {
-                    "x": finding.onset_step,
-                    "xref": "x",
-                    "y": 1.0,
-                    "yref": "paper",
-                    "yshift": 1 + 13 * (k % 2),  # above the plot area, alternate rows for close onsets
-                    "text": f"{plot_text(finding.code)} onset",
-                    "showarrow": False,
-                    "xanchor": "left",
-                    "yanchor": "bottom",
-                    "font": {"size": 10, "color": "#b22222"},
-                    "bgcolor": "rgba(255,255,255,0.7)",
-                }
-            )
-        return out
-
-    def _findings(self) -> list[Any]:
-        return [f for f in self.diagnosis.findings if f.onset_step is not None][:6]
+        """One label per onset line, above the plot; the page script stacks labels that would overlap into rows
+        (``yshift``) before the chart is drawn, when it knows the chart's width."""
+        return [
+            {
+                "name": f"onset-{k}",
+                "x": finding.onset_step,
+                "xref": "x",
+                "y": 1.0,
+                "yref": "paper",
+                "yshift": 2,
+                "text": plot_text(finding.code),
+                "hovertext": plot_text(f"{finding.code} onset, step {finding.onset_step}: {finding.title}"),
+                "showarrow": False,
+                "xanchor": "left",
+                "yanchor": "bottom",
+                "font": {"size": 10, "color": FINDING_COLORS[k]},
+                "bgcolor": "rgba(255,255,255,0.85)",
+            }
+            for k, finding in self.marked()
+        ]
 
     def note(self) -> str:
         if not self.thinned:
@@ -272,6 +330,16 @@ class StepFigures:
             f"{len(self.steps):,} steps, thinned for display: each bucket of steps shows its minimum and maximum, "
             "so spikes stay visible."
         )
+
+
+def _rgba(color: str, alpha: float) -> str:
+    """``#rrggbb`` as ``rgba(r,g,b,alpha)``.
+
+    >>> _rgba("#d62728", 0.1)
+    'rgba(214,39,40,0.1)'
+    """
+    r, g, b = (int(color[i : i + 2], 16) for i in (1, 3, 5))
+    return f"rgba({r},{g},{b},{alpha:g})"
 
 
 def base_layout(**extra: Any) -> dict[str, Any]:
@@ -317,63 +385,107 @@ def signal_section(fig: StepFigures) -> Section:
             )
             line["legendgroup"] = plot_text(row["channel"])
             traces.append(line)
+    weights = weights_chart(fig)
     section.charts.append(
         Chart(
             "chart-rel-gain",
             "rel_gain per channel (reward units)",
             traces,
-            fig.layout("rel_gain (reward units)", shade=True),
+            fig.layout("rel_gain (reward units)"),
             note=" ".join(
                 filter(
                     None,
                     [
-                        f"Healthy: above the dotted line ({warn:.0%} of the channel's peak, the CD101 warning level). "
-                        "Shaded: steps a finding covers; dashed: its onset.",
+                        f"Healthy: above the dotted line ({warn:.0%} of the channel's peak, the CD101 warning level).",
                         fig.note(),
                     ],
                 )
             ),
-            span=4,
+            span=4 if weights is not None else 6,
         )
     )
-    section.charts.append(weights_chart(fig))
+    if weights is not None:
+        section.charts.append(weights)
+    else:
+        listed = ", ".join(f"{c} {_weight(fig, c, k):g}" for k, c in enumerate(s.channels))
+        section.flat.append(f"Channel weights, constant over the run (not drawn): {listed}.")
     return section
 
 
-def weights_chart(fig: StepFigures) -> Chart:
-    d = fig.diagnosis
+def _weight(fig: StepFigures, channel: str, k: int) -> float:
+    if "channel_weight" in fig.series:
+        finite = fig.series["channel_weight"][:, k][np.isfinite(fig.series["channel_weight"][:, k])]
+        if len(finite):
+            return float(finite[0])
+    return float(fig.diagnosis.run.weights.get(channel, 1.0))
+
+
+def weights_chart(fig: StepFigures) -> Chart | None:
+    """The channel weights over the steps when the run logs weights that change (dynamic weights), else ``None``:
+    constant weights are one line of text (and the channel table's weight column)."""
     s = fig.series
-    if "channel_weight" in s:  # dynamic weights, when a run logs them
-        traces = [fig.line(s["channel_weight"][:, k], plot_text(c), channel_color(k)) for k, c in enumerate(s.channels)]
-        return Chart(
-            "chart-weights", "Channel weights over steps", traces, fig.layout("weight"), note=fig.note(), span=2
-        )
-    channels = list(s.channels)
-    data = [
-        {
-            "type": "bar",
-            "x": [plot_text(c)],
-            "y": [d.run.weights.get(c, 1.0)],
-            "name": plot_text(c),
-            "marker": {"color": channel_color(k)},
-            "text": [f"{d.run.weights.get(c, 1.0):g}"],
-            "textposition": "auto",
-        }
-        for k, c in enumerate(channels)
-    ]
-    layout = base_layout(
-        xaxis={"title": {"text": "channel"}}, yaxis={"title": {"text": "weight"}, "rangemode": "tozero"}
-    )
-    layout["showlegend"] = False
-    return Chart(
-        "chart-weights",
-        "Channel weights (constant over the run)",
-        data,
-        layout,
-        note="Weight of each channel in the summed reward (GRPO) and in the fused z-score sum (GDPO).",
-        span=2,
-        steps_axis=False,
-    )
+    if "channel_weight" not in s or all(constant_value(s["channel_weight"][:, k]) for k in range(len(s.channels))):
+        return None
+    traces = [fig.line(s["channel_weight"][:, k], plot_text(c), channel_color(k)) for k, c in enumerate(s.channels)]
+    return Chart("chart-weights", "Channel weights over steps", traces, fig.layout("weight"), note=fig.note(), span=2)
+
+
+def constant_value(values: Sequence[float | None] | np.ndarray) -> tuple[float] | tuple[()] | None:
+    """``(v,)`` when every finite value is ``v``, ``()`` when none is finite, else ``None`` (the series varies).
+
+    >>> constant_value([1.0, None, 1.0]), constant_value(np.array([np.nan])), constant_value([0.0, 0.5])
+    ((1.0,), (), None)
+    """
+    array = np.asarray([np.nan if v is None else v for v in values], dtype=np.float64)
+    finite = array[np.isfinite(array)]
+    if not len(finite):
+        return ()
+    first = float(finite[0])
+    return (first,) if bool(np.all(finite == first)) else None
+
+
+def flat_line(chart: Chart) -> str | None:
+    """What replaces a step chart whose every series is constant (or has no value): ``"constant at 0"`` (one
+    series), ``"GRPO 1, GDPO 1"`` (several); ``None`` when a series varies.
+
+    Reference lines (thresholds, bands: traces without hover) do not count as series.
+    """
+    if not chart.steps_axis:
+        return None
+    series = [t for t in chart.data if t.get("hoverinfo") != "skip"]
+    values = [constant_value(t.get("y") or []) for t in series]
+    if not series or any(v is None for v in values):
+        return None
+    percent = chart.layout.get("yaxis", {}).get("tickformat") == ".0%"
+    shown = [(f"{v[0]:.0%}" if percent else f"{v[0]:.3g}") if v else None for v in values]
+    if not any(shown):
+        return "no values"
+    if len(series) == 1:
+        return f"constant at {shown[0]}"
+    names = [html.unescape(str(t.get("name") or "")) for t in series]
+    if len(set(shown)) == 1:
+        return f"{', '.join(names)}: all {shown[0]}"
+    return ", ".join(f"{n} {v or 'no values'}".strip() for n, v in zip(names, shown, strict=True))
+
+
+def flat_lines(flat: list[tuple[str, str]]) -> list[str]:
+    """One line per kind of flat chart: titles of single series with one value grouped.
+
+    >>> flat_lines([("clip_ratio", "constant at 0"), ("kl", "no values"), ("clip_ratio_low", "constant at 0")])
+    ['clip_ratio, clip_ratio_low: constant at 0 over the run (not drawn).', 'kl: no values (not drawn).']
+    """
+    grouped: dict[str, list[str]] = {}
+    for title, detail in flat:
+        grouped.setdefault(detail, []).append(title)
+    out = []
+    for detail, titles in grouped.items():
+        if detail.startswith("constant at"):
+            out.append(f"{', '.join(titles)}: {detail} over the run (not drawn).")
+        elif detail == "no values":
+            out.append(f"{', '.join(titles)}: no values (not drawn).")
+        else:
+            out += [f"{t}: constant over the run (not drawn): {detail}." for t in titles]
+    return out
 
 
 def share_section(fig: StepFigures) -> Section:
@@ -395,12 +507,15 @@ def share_section(fig: StepFigures) -> Section:
             trace = fig.line(values[:, k], plot_text(channel), channel_color(k), group=plot_text(channel), keep=shared)
             trace.update({"stackgroup": algo, "line": {"color": channel_color(k), "width": 0.5}})
             traces.append(trace)
+        layout = fig.layout("share of within-group variance", y_range=[0, 1], percent=True)
+        for shape in layout["shapes"]:
+            shape["layer"] = "above"  # the stacked areas fill the plot: shading below them would not show
         section.charts.append(
             Chart(
                 f"chart-share-{algo}",
                 f"Signal share per channel, {algo.upper()} (stacked)",
                 traces,
-                fig.layout("share of within-group variance", y_range=[0, 1], percent=True),
+                layout,
                 note=fig.note(),
                 span=2,
             )
@@ -486,6 +601,7 @@ def distribution_section(fig: StepFigures, extras: ReportExtras | None) -> Secti
             [*_algo_lines(fig, "adv_std_{}"), *band],
             std_layout,
             note=" ".join(filter(None, ["Green band: healthy std (0.3-1.5).", fig.note()])),
+            span=2,
         )
     )
     section.charts.append(
@@ -495,6 +611,7 @@ def distribution_section(fig: StepFigures, extras: ReportExtras | None) -> Secti
             [*_algo_lines(fig, "adv_kurtosis_{}"), fig.threshold_level("CD201", "excess_kurtosis", "g")],
             fig.layout("excess kurtosis (0 = normal)"),
             note=fig.note(),
+            span=2,
         )
     )
     section.charts.append(
@@ -507,6 +624,7 @@ def distribution_section(fig: StepFigures, extras: ReportExtras | None) -> Secti
             ],
             fig.layout("share of groups", percent=True),
             note="A group whose most extreme total sits far (8 stds of the rest) from the others. " + fig.note(),
+            span=2,
         )
     )
     if "logged_mae_grpo" in s:
@@ -577,6 +695,7 @@ def histogram_charts(diagnosis: Diagnosis, hist: AdvantageHistograms) -> list[Ch
                 data,
                 layout,
                 note=f"Bins of width {width:g}; values beyond ±{float(hist.edges[-1]):g} are counted in the end bins.",
+                span=2,
                 steps_axis=False,
             )
         )
@@ -611,7 +730,7 @@ def histogram_charts(diagnosis: Diagnosis, hist: AdvantageHistograms) -> list[Ch
             data,
             layout,
             note=f"Move the slider to pick a step ({len(rows):,} steps: {every}).",
-            span=6,
+            span=2,
             steps_axis=False,
         )
     )
@@ -651,6 +770,7 @@ def logged_charts(fig: StepFigures, sample: LoggedSample | None) -> list[Chart]:
             fig.layout("mean |logged - recomputed|", log=True),
             note="The recomputation that matches (lowest line) identifies the aggregation the trainer used. "
             + fig.note(),
+            span=2,
         )
     ]
     bound = [
@@ -665,6 +785,7 @@ def logged_charts(fig: StepFigures, sample: LoggedSample | None) -> list[Chart]:
             fig.layout("|advantage|"),
             note="A logged advantage above the bound means the trainer did not use the statistics it claims "
             "(CD202). " + fig.note(),
+            span=2,
         )
     )
     if sample is not None and len(sample.logged):
@@ -702,6 +823,7 @@ def logged_charts(fig: StepFigures, sample: LoggedSample | None) -> list[Chart]:
                 data,
                 layout,
                 note=f"{len(sample.logged):,} rollouts spread evenly over the run.",
+                span=2,
                 steps_axis=False,
             )
         )
@@ -750,7 +872,11 @@ def correlation_section(fig: StepFigures) -> Section:
         f"|rho| = {rho:g} count the same signal twice (CD401).",
     )
     if not s.pairs or "corr_sxy" not in s:
-        section.missing = "One reward channel: no pairs to correlate."
+        section.missing = (
+            "One reward channel: no pairs to correlate."
+            if len(s.channels) < 2
+            else "The callback's series carry no within-group correlation: it needs the rollouts."
+        )
         return section
     channels = list(s.channels)
     sxy, sxx, syy = (np.nansum(s[k], axis=0) for k in ("corr_sxy", "corr_sxx", "corr_syy"))
@@ -838,8 +964,24 @@ def zero_variance_section(fig: StepFigures) -> Section:
     return section
 
 
-def scalar_section(diagnosis: Diagnosis) -> Section | None:
-    """One chart per scalar the trainer logged (``channel_mean/a``, ``channel_mean/b``... share one chart)."""
+CALLBACK_TAG = re.compile(r"(?:train/)?collapse_doctor/")
+"""Tags CollapseDoctorCallback (and ``retrain``'s monitor) log: the same statistics the report draws from rollouts."""
+DRAWN_FROM_ROLLOUTS = {
+    "advantage_std": "adv_std_grpo",
+    "frac_reward_zero_std": "zero_var_share",
+    "channel_rel_gain": "rel_gain",
+    "channel_signal_share": "signal_share_grpo",
+    "channel_zero_var_share": "channel_zero_var_share",
+    "channel_weight": "rel_gain",  # the weights of the signal section
+}
+"""Scalar panel -> the per-step series whose chart shows the same quantity (a callback's copy is not redrawn)."""
+SCALAR_HEIGHT = 320
+
+
+def scalar_section(fig: StepFigures) -> Section | None:
+    """One chart per scalar the trainer logged (``channel_mean/a``, ``channel_mean/b``... share one chart), with the
+    findings marked as on every step chart; the callback's copies of series drawn from the rollouts are left out."""
+    diagnosis = fig.diagnosis
     scalars = diagnosis.scalars
     if scalars is None or not scalars.series:
         return None
@@ -847,20 +989,37 @@ def scalar_section(diagnosis: Diagnosis) -> Section | None:
         "scalars",
         "Scalar logs",
         "What the trainer logged itself (KL, entropy, advantage std, reward statistics...), each on its own steps.",
+        short="Scalars",
     )
     panels: dict[str, list[str]] = {}
+    again: list[str] = []
     for name in sorted(scalars.series):
-        panels.setdefault(name.split("/", 1)[0], []).append(name)
+        panel = name.split("/", 1)[0]
+        drawn = DRAWN_FROM_ROLLOUTS.get(panel)
+        if drawn is not None and drawn in diagnosis.series and CALLBACK_TAG.match(scalars.tags.get(name, "")):
+            again.append(scalars.tags[name])
+            continue
+        panels.setdefault(panel, []).append(name)
+    if again:
+        shown = sorted({re.sub(r"/[^/]+$", "/*", t) if t.count("/") > 1 else t for t in again})
+        section.not_redrawn = (
+            f"Not drawn again: {', '.join(shown)} ({len(again)} series the callback logged; the charts above draw "
+            "the same quantities from the rollouts)."
+        )
     channels = list(diagnosis.run.channels)
     for k, (panel, names) in enumerate(panels.items()):
         traces = []
         thinned = False
+        first, last = None, None
         for j, name in enumerate(names):
             points = scalars.series[name]
             keep = display_index(points.values)
             thinned = thinned or len(keep) < len(points.values)
             label = name.split("/", 1)[1] if "/" in name else name
             color = channel_color(channels.index(label)) if label in channels else channel_color(j)
+            if len(points.steps):
+                first = int(points.steps[0]) if first is None else min(first, int(points.steps[0]))
+                last = int(points.steps[-1]) if last is None else max(last, int(points.steps[-1]))
             traces.append(
                 {
                     "type": "scatter",
@@ -875,16 +1034,11 @@ def scalar_section(diagnosis: Diagnosis) -> Section | None:
         note = f"Logged as {raw}." + (
             " Thinned for display: each bucket keeps its minimum and maximum." if thinned else ""
         )
-        section.charts.append(
-            Chart(
-                f"chart-scalar-{k}",
-                panel,
-                traces,
-                base_layout(xaxis={"title": {"text": "training step"}}, yaxis={"title": {"text": plot_text(panel)}}),
-                note=note,
-                span=3 if len(panels) > 1 else 6,
-            )
-        )
+        layout = fig.layout(plot_text(panel), steps=(first, last) if first is not None and last is not None else None)
+        layout["height"] = SCALAR_HEIGHT if len(traces) > 1 else SCALAR_HEIGHT - 40
+        if len(traces) == 1:  # no legend under it
+            layout["margin"]["b"] = 50
+        section.charts.append(Chart(f"chart-scalar-{k}", panel, traces, layout, note=note, span=2))
     return section
 
 
@@ -899,8 +1053,20 @@ SECTION_KEYS = {
 """The series each rollout section needs; a scalar-only run has none of them."""
 
 
+SHORT_TITLES = {
+    "signal": "Signal",
+    "share": "Drivers",
+    "advantages": "Advantages",
+    "ties": "Ties",
+    "correlation": "Correlation",
+    "zero-variance": "No signal",
+}
+"""Each section's name in the table of contents."""
+
+
 def sections(diagnosis: Diagnosis, extras: ReportExtras | None) -> list[Section]:
-    """Every chart section of the page, in order (a section appears only when its data exists)."""
+    """Every chart section of the page, in order (a section appears only when its data exists); a step chart whose
+    series are all constant becomes one line of its section (:attr:`Section.flat`)."""
     fig = StepFigures(diagnosis)
     builders: dict[str, Any] = {
         "signal": signal_section,
@@ -915,7 +1081,20 @@ def sections(diagnosis: Diagnosis, extras: ReportExtras | None) -> list[Section]
         for key, build in builders.items():
             if SECTION_KEYS[key] in diagnosis.series:
                 out.append(build(fig))
-    scalars = scalar_section(diagnosis)
+    scalars = scalar_section(fig)
     if scalars is not None:
         out.append(scalars)
+    for section in out:
+        section.short = section.short or SHORT_TITLES.get(section.id, section.title)
+        kept, flat = [], []
+        for chart in section.charts:
+            detail = flat_line(chart)
+            if detail is None:
+                kept.append(chart)
+            else:
+                flat.append((chart.title, detail))
+        section.charts = kept
+        section.flat += flat_lines(flat)
+        if section.id == "signal" and len(kept) == 1:
+            kept[0].span = 6
     return out

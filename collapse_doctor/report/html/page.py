@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import posixpath
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -24,7 +25,16 @@ from collapse_doctor.core.numbers import pct, share_pct
 from collapse_doctor.core.result import signal_sentence
 from collapse_doctor.core.text_safety import printable, shortened
 from collapse_doctor.report.html.collect import ExampleGroup, ReportExtras
-from collapse_doctor.report.html.figures import Chart, Section, channel_color, esc, histogram_payload, sections
+from collapse_doctor.report.html.figures import (
+    FINDING_COLORS,
+    Chart,
+    Section,
+    StepFigures,
+    channel_color,
+    esc,
+    histogram_payload,
+    sections,
+)
 
 if TYPE_CHECKING:
     from collapse_doctor.core.findings import Finding
@@ -61,15 +71,21 @@ def build_report(diagnosis: Diagnosis, extras: ReportExtras | None = None) -> st
     chart_sections = sections(diagnosis, extras)
     charts = [c for s in chart_sections for c in s.charts]
     payload: dict[str, Any] = {
-        "charts": [{"id": c.id, "data": c.data, "layout": c.layout, "steps": c.steps_axis} for c in charts],
+        "charts": [
+            {"id": c.id, "data": c.data, "layout": c.layout, "steps": c.steps_axis}
+            | ({"xspan": span} if (span := c.x_span()) is not None else {})
+            for c in charts
+        ],
         "histograms": None,
     }
     if extras is not None and extras.histograms is not None and len(extras.histograms.steps):
         payload["histograms"] = histogram_payload(diagnosis, extras.histograms)
+    marked = StepFigures(diagnosis)
     body = [
         _header(diagnosis, VERDICTS[diagnosis.verdict]),
-        _nav(chart_sections, bool(extras is not None and extras.examples)),
+        _nav(chart_sections, bool(extras is not None and extras.examples), marked if charts else None),
         "<main>",
+        _findings(diagnosis, marked),
         _overview(diagnosis),
         *(_section(s, payload["histograms"]["steps"] if payload["histograms"] else []) for s in chart_sections),
         _examples(diagnosis, extras),
@@ -214,19 +230,20 @@ def _fmt(value: Any, digits: int = 3) -> str:
 
 
 def _header(diagnosis: Diagnosis, verdict: str) -> str:
+    """The verdict and the signal budget first (the text output's first line), then what the verdict rests on, the
+    inputs' root and what ``--fail-on`` makes of the findings."""
     summary = severity_counts(f.severity for f in diagnosis.findings) or "no findings"
     exit_text = diagnosis.gate_summary().replace(" -> ", ", ")
-    from collapse_doctor.report.ci import describe_sources
-
-    sources = describe_sources(diagnosis.run.sources)
+    root, _ = inputs_summary(diagnosis.run.sources)
     clause = diagnosis.coverage_clause()  # what the verdict rests on, when some checks could not run
     rests = f'<div class="muted">the verdict rests on {esc(clause)}</div>' if clause else ""
+    name = f" run {_short_code(diagnosis.run.name, 60, tag='')}" if diagnosis.run.name else ""
     return (
         '<header class="top"><div class="inner">'
         f'<h1><span class="verdict {esc(diagnosis.verdict)}">{esc(verdict)}</span>'
-        f"<span>collapse-doctor report</span></h1>{rests}"
-        f'<div class="muted">{_short_code(sources, 100)} · {esc(summary)}; fail-on '
-        f"{esc(diagnosis.config.fail_on)}: {exit_text}</div>"
+        f'<span id="budget" class="budget">{esc(signal_sentence(diagnosis.run.signal))}</span></h1>'
+        f'<div class="muted">collapse-doctor report{name} · {_short_code(root, 100)} · {esc(summary)}; fail-on '
+        f"{esc(diagnosis.config.fail_on)}: {exit_text}</div>{rests}"
         "</div></header>"
     )
 
@@ -240,12 +257,28 @@ def _short_code(text: str, width: int, tag: str = "code") -> str:
     return f'<{tag or "span"} title="{esc(printable(text))}">{esc(shown)}</{tag or "span"}>'
 
 
-def _nav(chart_sections: list[Section], examples: bool) -> str:
-    links = ['<a href="#overview">Overview</a>', '<a href="#findings">Findings</a>']
-    links += [f'<a href="#{esc(s.id)}">{esc(s.title)}</a>' for s in chart_sections]
+def _nav(chart_sections: list[Section], examples: bool, marked: StepFigures | None) -> str:
+    """The table of contents, kept in view at the top of the window, with one shading toggle per marked finding
+    (``marked``: the step charts' findings; ``None`` without step charts)."""
+    links = ['<a href="#findings">Findings</a>', '<a href="#overview">Run</a>']
+    links += [f'<a href="#{esc(s.id)}" title="{esc(s.title)}">{esc(s.short or s.title)}</a>' for s in chart_sections]
     if examples:
-        links.append('<a href="#examples">Example groups</a>')
-    return f'<nav><div class="inner">{"".join(links)}</div></nav>'
+        links.append('<a href="#examples">Examples</a>')
+    toggles = []
+    for k, finding in marked.marked() if marked is not None else []:
+        if finding.step_range is None:
+            continue
+        on = marked.shade_on(finding) if marked is not None else False
+        first, last = finding.step_range
+        why = "" if on else " (off at first: it covers nearly the whole run)"
+        toggles.append(
+            f'<label class="shade" title="shade the steps of {esc(finding.code)} on every step chart{why}">'
+            f'<input type="checkbox" class="shade-toggle" data-shade="{k}"{" checked" if on else ""}>'
+            f'<span class="swatch" style="background:{FINDING_COLORS[k]}"></span>{esc(finding.code)} '
+            f'<span class="muted">{first}-{last}</span></label>'
+        )
+    shading = f'<div class="toggles"><span class="muted">shade:</span>{"".join(toggles)}</div>' if toggles else ""
+    return f'<nav id="toc"><div class="inner"><div class="links">{"".join(links)}</div>{shading}</div></nav>'
 
 
 def _overview(diagnosis: Diagnosis) -> str:
@@ -257,7 +290,7 @@ def _overview(diagnosis: Diagnosis) -> str:
     )
     rows = [("run", _short_code(run.name, 60, tag=""))] if run.name else []
     rows += [
-        ("inputs", "<br>".join(f"<code>{esc(s)}</code>" for s in run.sources)),
+        ("inputs", _inputs(run.sources)),
         ("steps", f"{run.steps:,} (steps {_fmt(run.first_step)} to {_fmt(run.last_step)})"),
         ("algorithm", f"{esc(run.algorithm.upper())} <span class='muted'>({esc(run.algorithm_source)})</span>"),
     ]
@@ -283,32 +316,134 @@ def _overview(diagnosis: Diagnosis) -> str:
     rows += [("warning", f"<span style='color:var(--warning)'>{esc(w)}</span>") for w in run.warnings]
     run_table = "".join(f"<tr><th>{k}</th><td>{v}</td></tr>" for k, v in rows)
     channel_table = _channel_table(diagnosis)
-    findings = "".join(_finding(f, diagnosis.counterfactual_of(f)) for f in diagnosis.findings) or (
-        '<p class="muted">No findings: no selected detector could judge this run (see below).</p>'
-        if diagnosis.verdict == "inconclusive"
-        else '<p class="muted">No findings: no detector found a sustained problem.</p>'
-    )
-    by_reason: dict[str, list[str]] = {}
-    for code, reason in diagnosis.skipped.items():
-        by_reason.setdefault(reason, []).append(code)
-    skipped = "".join(
-        f'<p class="muted">Skipped {esc(", ".join(codes))}: {esc(reason)}</p>' for reason, codes in by_reason.items()
-    )
     return (
-        '<section id="overview"><div class="cards">'
-        f'<div class="card"><h3>Run</h3><table>{run_table}</table></div>'
+        '<section id="overview"><h2>Run</h2><div class="cards">'
+        f'<div class="card"><table class="run">{run_table}</table></div>'
         f'<div class="card"><h3>Channels <span class="muted">(now = median of the last 10% of steps)</span></h3>'
         f"{channel_table}</div>"
         "</div></section>"
-        f'<section id="findings"><h2>Findings ({len(diagnosis.findings)})</h2>{findings}{skipped}</section>'
     )
+
+
+def _findings(diagnosis: Diagnosis, marked: StepFigures) -> str:
+    """The findings, most severe first: headline, message and remedy in view, the rest one click away."""
+    colors = {id(f): FINDING_COLORS[k] for k, f in marked.marked()}
+    cards = "".join(
+        _finding(f, diagnosis.counterfactual_of(f), colors.get(id(f)), k) for k, f in enumerate(diagnosis.findings)
+    )
+    if not cards:
+        cards = (
+            '<p class="muted">No findings: no selected detector could judge this run (see below).</p>'
+            if diagnosis.verdict == "inconclusive"
+            else '<p class="muted">No findings: no detector found a sustained problem.</p>'
+        )
+    else:
+        cards = f'<div class="findings">{cards}</div>'
+    by_reason: dict[str, list[str]] = {}
+    for code, reason in diagnosis.skipped.items():
+        by_reason.setdefault(reason, []).append(code)
+    skipped = ""
+    if by_reason:
+        lines = "".join(f"<li>{esc(', '.join(codes))}: {esc(reason)}</li>" for reason, codes in by_reason.items())
+        skipped = (
+            f'<details class="skipped"><summary>{len(diagnosis.skipped)} check(s) skipped</summary>'
+            f"<ul>{lines}</ul></details>"
+        )
+    marks = ""
+    if marked.marked() and diagnosis.series.num_steps:
+        marks = (
+            '<p class="section-intro">On every step chart a finding\'s onset is a dashed line in its colour, labelled '
+            "with its code, and its steps are shaded in that colour (the <i>shade</i> boxes at the top turn each "
+            "shading on and off).</p>"
+        )
+    return f'<section id="findings"><h2>Findings ({len(diagnosis.findings)})</h2>{marks}{cards}{skipped}</section>'
+
+
+def inputs_summary(sources: Sequence[str]) -> tuple[str, str]:
+    """The inputs' common folder and what lies under it in one phrase, by kind of file.
+
+    >>> inputs_summary(["runs/a.parquet"])
+    ('runs/a.parquet', '1 Parquet file')
+    >>> inputs_summary([f"out/rollouts/part-{i}.parquet" for i in range(12)] + ["out/tb/events.out.tfevents.1"])
+    ('out/', '12 Parquet parts under rollouts/, 1 event file under tb/')
+    >>> inputs_summary(["s3://b/run/x/events.out.tfevents.1", "s3://b/run/y/events.out.tfevents.2"])
+    ('s3://b/run/', '2 event files in 2 folders')
+
+    An input of no kind known (a folder of parts read as one dataset, say) is named, not counted as "1 file":
+
+    >>> inputs_summary(["s3://b/run/completions", "s3://b/run/runs/x/events.out.tfevents.1"])
+    ('s3://b/run/', 'completions, 1 event file under runs/x/')
+    """
+    if not sources:
+        return "", "none"
+    scheme = ""
+    if all("://" in s for s in sources) and len({s.split("://", 1)[0] for s in sources}) == 1:
+        scheme = sources[0].split("://", 1)[0] + "://"
+    paths = [s[len(scheme) :] for s in sources]
+    kinds: dict[tuple[str, str], list[str]] = {}
+    for path in paths:
+        kinds.setdefault(_file_kind(posixpath.basename(path)), []).append(path)
+    if len(paths) == 1:
+        (singular, _), _ = next(iter(kinds.items()))
+        return sources[0], f"1 {singular}"
+    root = posixpath.commonpath(paths) if len({p.startswith("/") for p in paths}) == 1 else ""
+    root = "" if root in ("", ".") else root.rstrip("/") + "/"
+    parts = []
+    for (singular, plural), files in kinds.items():
+        folders = sorted({posixpath.dirname(f[len(root) :]) for f in files})
+        count = f"1 {singular}" if len(files) == 1 else f"{len(files)} {plural}"
+        if len(files) == 1 and (singular, plural) == _UNKNOWN:
+            parts.append(files[0][len(root) :])  # it may be a folder: its name says more than "1 file"
+        elif folders == [""]:
+            parts.append(count)
+        elif len(folders) == 1:
+            parts.append(f"{count} under {folders[0]}/")
+        else:
+            parts.append(f"{count} in {len(folders)} folders")
+    return scheme + root, ", ".join(parts)
+
+
+_KINDS = (
+    (re.compile(r"\.parquet$", re.I), ("Parquet file", "Parquet parts")),
+    (re.compile(r"tfevents"), ("event file", "event files")),
+    (re.compile(r"\.jsonl(\.gz)?$", re.I), ("JSONL file", "JSONL files")),
+    (re.compile(r"^trainer_state\.json$"), ("trainer_state.json", "trainer_state.json files")),
+    (re.compile(r"\.json$", re.I), ("JSON file", "JSON files")),
+    (re.compile(r"\.csv$", re.I), ("CSV file", "CSV files")),
+    (re.compile(r"\.(db|sqlite)$", re.I), ("database", "databases")),
+)
+
+
+_UNKNOWN = ("file", "files")
+
+
+def _file_kind(name: str) -> tuple[str, str]:
+    return next((kind for pattern, kind in _KINDS if pattern.search(name)), _UNKNOWN)
+
+
+def _inputs(sources: Sequence[str]) -> str:
+    """The inputs summarised in one line; the whole list folded under it, each path breaking only after a ``/``."""
+    root, phrase = inputs_summary(sources)
+    if len(sources) <= 1:
+        return _path(root)
+    items = "".join(f"<li>{_path(s[len(root) :] if s.startswith(root) else s)}</li>" for s in sources)
+    return (
+        f'<details class="inputs"><summary>{_path(root)}: {esc(phrase)}</summary>'
+        f'<ul class="files">{items}</ul></details>'
+    )
+
+
+def _path(path: str) -> str:
+    """A path whose folder and file names never break inside (one ``span.seg`` each; a line may break after /)."""
+    segments = re.findall(r"[^/]*/|[^/]+$", path) or [path]
+    return '<code class="path">' + "<wbr>".join(f'<span class="seg">{esc(seg)}</span>' for seg in segments) + "</code>"
 
 
 def _channel_table(diagnosis: Diagnosis) -> str:
     """The channel table of ``scan``; a scalar-only run has reward mean and std instead of rel_gain and shares."""
     rollouts = bool(diagnosis.run.rollouts or diagnosis.run.channel_series)  # the per-group table's columns
     if rollouts:
-        head = ["rel_gain peak → now", "variance share GRPO / GDPO", "constant groups", "mean reward"]
+        head = ["rel_gain peak → now", "variance share GRPO / GDPO", "constant groups", "state", "mean reward"]
     else:
         head = ["reward std peak → now", "mean reward"]
     rows = []
@@ -319,6 +454,7 @@ def _channel_table(diagnosis: Diagnosis) -> str:
                 f"{_fmt(row['rel_gain_peak'], 2)}{_at(row['rel_gain_peak_step'])} → {_fmt(row['rel_gain_now'], 2)}",
                 f"{share_pct(row['signal_share_grpo'])} / {share_pct(row['signal_share_gdpo'])}",
                 pct(row["zero_variance_share"]),
+                f'<td class="state {esc(row.get("state") or "")}">{esc(channel_state(row))}</td>',
                 _fmt(row["reward_mean"], 3),
             ]
         else:
@@ -330,8 +466,17 @@ def _channel_table(diagnosis: Diagnosis) -> str:
         rows.append(
             "<tr>" + "".join(c if c.startswith("<td") else f'<td class="num">{c}</td>' for c in cells) + "</tr>"
         )
-    header = "<tr><th>channel</th><th class='num'>weight</th>" + "".join(f"<th class='num'>{h}</th>" for h in head)
+    header = "<tr><th>channel</th><th class='num'>weight</th>" + "".join(
+        f"<th>{h}</th>" if h == "state" else f"<th class='num'>{h}</th>" for h in head
+    )
     return f"<table>{header}</tr>{''.join(rows)}</table>"
+
+
+def channel_state(row: Mapping[str, Any]) -> str:
+    """A channel's state as the text output's channel table words it (``ceiling 92%``, ``floor 91%``, ``ranking``)."""
+    from collapse_doctor.report.text import _state
+
+    return _state(row)
 
 
 def _at(step: Any) -> str:
@@ -346,7 +491,9 @@ def _actions(finding: Finding) -> str:
     return f'<ul class="actions" title="applied by collapse-doctor retrain --from-scan scan.json">{items}</ul>'
 
 
-def _finding(finding: Finding, other_algorithm: str) -> str:
+def _finding(finding: Finding, other_algorithm: str, color: str | None, index: int) -> str:
+    """One finding: headline (severity, code, title, steps, its colour on the charts), message and remedy; the
+    evidence, the typed actions and the detector's explain text folded under them."""
     from collapse_doctor.judge.detectors import REGISTRY  # the explain text of the finding's detector
 
     level = finding.severity.label
@@ -355,10 +502,9 @@ def _finding(finding: Finding, other_algorithm: str) -> str:
         where.append(f"onset step {finding.onset_step}")
     if finding.step_range is not None:
         where.append(f"steps {finding.step_range[0]}-{finding.step_range[1]}")
-    evidence = "".join(f"<span>{esc(k)}: {_fmt(v)}</span>" for k, v in finding.evidence.items())
-    resolves = ""
     if finding.gdpo_resolves is not None:
-        resolves = f"<p>{esc(other_algorithm)} would resolve it: <b>{'yes' if finding.gdpo_resolves else 'no'}</b></p>"
+        where.append(f"{other_algorithm} would resolve it: {'yes' if finding.gdpo_resolves else 'no'}")
+    evidence = "".join(f"<span>{esc(k)}: {_fmt(v)}</span>" for k, v in finding.evidence.items())
     explain = ""
     detector = REGISTRY.get(finding.code)
     if detector is not None:
@@ -366,16 +512,15 @@ def _finding(finding: Finding, other_algorithm: str) -> str:
             f"<details><summary>What {esc(finding.code)} checks, why it matters, and the remedy</summary>"
             f'<pre class="explain">{esc(detector.explain())}</pre></details>'
         )
+    more = (f'<div class="evidence">{evidence}</div>' if evidence else "") + _actions(finding) + explain
+    swatch = f'<span class="swatch" style="background:{color}" title="on the charts"></span>' if color else ""
     return (
-        f'<div class="card finding {esc(level)}">'
-        f'<div><span class="sev {esc(level)}">{esc(level)}</span> <b>{esc(finding.code)}</b> {_rich(finding.title)}'
-        f'<span class="where">{esc(", ".join(where))}</span></div>'
+        f'<div class="card finding {esc(level)}" id="finding-{index}">'
+        f'<div class="headline">{swatch}<span class="sev {esc(level)}">{esc(level)}</span> <b>{esc(finding.code)}</b> '
+        f'{_rich(finding.title)}<span class="where">{esc(" · ".join(where))}</span></div>'
         f"<p>{_rich(finding.message)}</p>"
-        + (f'<div class="evidence">{evidence}</div>' if evidence else "")
         + (f'<p class="remedy"><b>Remedy:</b> {_rich(finding.remedy)}</p>' if finding.remedy else "")
-        + _actions(finding)
-        + resolves
-        + explain
+        + (f"<details><summary>Evidence and actions</summary>{more}</details>" if more else "")
         + "</div>"
     )
 
@@ -385,9 +530,14 @@ def _section(section: Section, slider_steps: list[int]) -> str:
     parts.append(f'<p class="section-intro">{esc(section.intro)}</p>')
     if section.missing:
         parts.append(f'<p class="missing">{esc(section.missing)}</p>')
-    parts.append('<div class="grid">')
-    parts += [_chart(c, slider_steps) for c in section.charts]
-    parts.append("</div></section>")
+    lines = [*section.flat, *([section.not_redrawn] if section.not_redrawn else [])]
+    if lines:
+        parts.append('<ul class="flat">' + "".join(f"<li>{esc(line)}</li>" for line in lines) + "</ul>")
+    if section.charts:
+        parts.append('<div class="grid">')
+        parts += [_chart(c, slider_steps) for c in section.charts]
+        parts.append("</div>")
+    parts.append("</section>")
     return "".join(parts)
 
 
@@ -402,7 +552,8 @@ def _chart(chart: Chart, slider_steps: list[int]) -> str:
         )
     return (
         f'<figure class="chart" style="grid-column: span {int(chart.span)}"><h3>{esc(chart.title)}</h3>'
-        f'<p class="note">{esc(chart.note)}</p>{slider}<div class="plot" id="{esc(chart.id)}"></div></figure>'
+        f'<p class="note">{esc(chart.note)}</p>{slider}<div class="plot" id="{esc(chart.id)}" '
+        f'style="min-height:{int(chart.layout.get("height", 380))}px"></div></figure>'
     )
 
 

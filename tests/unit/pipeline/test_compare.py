@@ -185,9 +185,13 @@ def test_comparison_json_matches_its_schema_and_names_the_unshared_findings() ->
     assert data["exit_code"] == 1 and data["gates"][0]["new_findings"][0]["code"] == "CD102"
 
 
-def test_one_finding_worded_differently_per_run_shows_each_runs_title() -> None:
+@pytest.mark.parametrize("columns", [None, "80"])
+def test_one_finding_worded_differently_per_run_shows_each_runs_title(
+    columns: str | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """CD101 on `length`: saturated at its ceiling in one run, never earned in the other (the same code and
-    channel, another state): the comparison must not print the first run's words for both."""
+    channel, another state): the comparison must not print the first run's words for both. Off a terminal (here a
+    StringIO, laid out at COLUMNS or 110) the cell is never cut with "…" nor wrapped: its row is one whole line."""
     import io
 
     from collapse_doctor.report.compare_text import render_comparison
@@ -201,10 +205,15 @@ def test_one_finding_worded_differently_per_run_shows_each_runs_title() -> None:
     jsonschema.validate(data, SCHEMA)
     titles = {label: run["title"] for label, run in data["findings"][0]["by_run"].items()}
     assert titles == {"grpo": saturated.title, "fixed": floor.title}
+    if columns is None:
+        monkeypatch.delenv("COLUMNS", raising=False)
+    else:
+        monkeypatch.setenv("COLUMNS", columns)
     text = io.StringIO()
     render_comparison(comparison, text, color=False)
-    flat = " ".join(text.getvalue().split())  # the table may wrap the cell over two lines
-    assert f"A: {saturated.title} / B: `length` is rarely" in flat and "never earned" in flat
+    (row,) = [line for line in text.getvalue().splitlines() if line.startswith("CD101 ")]
+    assert f"   A: {saturated.title} / B: {floor.title}   info @3   info @0" in row
+    assert "…" not in text.getvalue()
 
 
 def test_run_labels_and_arguments() -> None:

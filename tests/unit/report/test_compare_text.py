@@ -82,7 +82,7 @@ def test_the_text_opens_with_the_conclusion_of_every_later_run_wrapped_without_t
     base = diagnosis(zero_share=0.10, rel_gain_now={"a-very-long-channel-name-" * 2: 0.8, "format": 0.8})
     runs = [base, diagnosis(zero_share=0.40, rel_gain_now={"format": 0.2}), diagnosis(zero_share=0.10)]
     out = io.StringIO()
-    render_comparison(compare(runs, ["base", "worse", "same"]), out, color=False)
+    render_comparison(compare(runs, ["base", "worse", "same"]), out, color=False, terminal=True, width=110)
     lines = out.getvalue().splitlines()
     assert lines[0].startswith("B is worse than A: zero-advantage share 10% -> 40%, `format` rel_gain 0.80 -> 0.20")
     head = "\n".join(lines[: lines.index("")])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import re
 from dataclasses import replace
 from pathlib import Path
 
@@ -24,18 +25,26 @@ def diagnosis(tmp_path_factory: pytest.TempPathFactory) -> Diagnosis:
     return diagnose([path], ScanOptions.of(device="cpu"))
 
 
-def test_shares_are_clipped_and_missing_values_are_a_dash(diagnosis: Diagnosis) -> None:
+def test_shares_are_clipped_and_missing_values_are_a_dash(
+    diagnosis: Diagnosis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("COLUMNS", raising=False)  # off a terminal the text's tables are laid out at 110 columns
     rows = [dict(row) for row in diagnosis.channels]
     rows[0] |= {"signal_share_grpo": 1.013, "signal_share_gdpo": -0.03, "zero_variance_share": float("nan")}
     rows[1] |= {"signal_share_grpo": None, "signal_share_gdpo": 0.456, "zero_variance_share": 0.314}
     shown = replace(diagnosis, channels=tuple(rows))
-    out = io.StringIO()
+    out, narrow = io.StringIO(), io.StringIO()
     render_text(shown, out, color=False)
+    render_text(shown, narrow, color=False, width=80)  # the short layout: `var GRPO/GDPO`, `100%/0%`
     renderings = {"text": out.getvalue(), "markdown": markdown_summary(shown), "html": build_report(shown)}
     for name, text in renderings.items():
         assert "100% / 0%" in text, name
         assert "- / 46%" in text, name
         assert "31%" in text, name
+    table = narrow.getvalue().split("Channels (now", 1)[1].split("\n\n", 1)[0].splitlines()
+    assert "var GRPO/GDPO" in table[1]
+    cells = [re.split(r"\s{2,}", row.strip()) for row in table[3:]]  # channel, w, rel_gain, var, const, ...
+    assert [row[3:5] for row in cells] == [["100%/0%", "-"], ["-/46%", "31%"]]
 
 
 def test_junit_has_a_case_per_target_named_from_the_diagnosis(diagnosis: Diagnosis) -> None:

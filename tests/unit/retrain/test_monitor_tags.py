@@ -11,12 +11,19 @@ import pytest
 from collapse_doctor import diagnose
 from collapse_doctor.core import scalars as S
 from collapse_doctor.core.options import ScanOptions
+from collapse_doctor.core.text_safety import describe_sources
 from collapse_doctor.io.logs import tags as T
-from collapse_doctor.report.ci import describe_sources, markdown_summary
+from collapse_doctor.report.ci import markdown_summary
 from collapse_doctor.report.text import render_text
 from tests.helpers.scalar_runs import trl_series, write_events
 
 N = 40
+
+
+@pytest.fixture(autouse=True)
+def _default_layout(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The text off a terminal is laid out at COLUMNS, else 110 columns: the default here, whatever the shell says."""
+    monkeypatch.delenv("COLUMNS", raising=False)
 
 
 def _monitor_series() -> dict[str, np.ndarray]:
@@ -52,6 +59,13 @@ def test_a_retrain_tensorboard_dir_is_recognised(tmp_path: Path) -> None:
     assert rows["format"]["rel_gain_peak_step"] == 0
     assert rows["correct"]["zero_variance_share"] == pytest.approx(0.4)
     assert "rel_gain peak -> now" in _text(diagnosis)
+    # At 80 columns the short layout: the peak's step as @N under the short header, each channel one line.
+    table = _text(diagnosis, width=80).split("Channels, from the scalar log", 1)[1].split("\n\n", 1)[0].splitlines()
+    assert table[1].split() == ["channel", "w", "rel_gain", "const", "reward", "std", "mean"]
+    assert [row.split()[:7] for row in table[3:]] == [
+        ["correct", "1", "0.60", "@0", "->", "0.60", "40%"],
+        ["format", "1", "0.90", "@0", "->", "0.08", "92%"],
+    ]
 
 
 def test_many_sources_in_one_directory_are_summarised(tmp_path: Path) -> None:
@@ -80,7 +94,7 @@ def test_text_and_markdown_name_the_directory(tmp_path: Path) -> None:
     assert f"`{tmp_path}/rollouts/ (5 files)`" in markdown_summary(diagnosis)
 
 
-def _text(diagnosis) -> str:  # type: ignore[no-untyped-def]
+def _text(diagnosis, width: int | None = None) -> str:  # type: ignore[no-untyped-def]
     out = io.StringIO()
-    render_text(diagnosis, out, color=False)
+    render_text(diagnosis, out, color=False, width=width)
     return out.getvalue()

@@ -46,3 +46,48 @@ def test_the_collinearity_line_is_the_configured_cd401_threshold(collinear: Path
     config.write_text("[thresholds.CD401]\nwarn_rho = 0.7\n")
     intro, levels = _rho_lines(diagnose([collinear], ScanOptions.of(device="cpu", config=config)))
     assert levels == [0.7, -0.7] and "|rho| = 0.7 " in intro
+
+
+def test_a_chart_of_constant_series_becomes_one_line_and_reference_lines_do_not_count() -> None:
+    from collapse_doctor.report.html.figures import Chart, flat_line, flat_lines
+
+    level = {"type": "scatter", "x": [0, 9], "y": [0.5, 0.9], "name": "CD301 level", "hoverinfo": "skip"}
+    flat = Chart("c", "Tied pairs", [{"x": list(range(10)), "y": [0.0] * 10, "name": "tied"}, level], {})
+    assert flat_line(flat) == "constant at 0"
+    flat.layout = {"yaxis": {"tickformat": ".0%"}}
+    assert flat_line(flat) == "constant at 0%"
+    varies = Chart("v", "Varies", [{"x": [0, 1], "y": [0.0, None]}, {"x": [0, 1], "y": [0.1, 0.2]}], {})
+    assert flat_line(varies) is None
+    off_axis = Chart("h", "Histogram", [{"x": [0, 1], "y": [1.0, 1.0]}], {}, steps_axis=False)
+    assert flat_line(off_axis) is None
+    two = Chart("t", "Distinct", [{"y": [1.0, 1.0], "name": "GRPO"}, {"y": [0.5, 0.5], "name": "GDPO"}], {})
+    assert flat_lines([("Distinct", flat_line(two) or "")]) == [
+        "Distinct: constant over the run (not drawn): GRPO 1, GDPO 0.5."
+    ]
+
+
+def test_every_finding_gets_a_toggleable_shading_and_a_whole_run_one_starts_off(collinear: Path) -> None:
+    from dataclasses import replace
+
+    from collapse_doctor.core.findings import Finding, Severity
+    from collapse_doctor.report.html.figures import FINDING_COLORS
+
+    diagnosis = diagnose([collinear], ScanOptions.of(device="cpu"))
+    whole = Finding(code="CD101", severity=Severity.INFO, title="whole", message="", onset_step=0, step_range=(0, 39))
+    part = Finding(
+        code="CD402", severity=Severity.WARNING, title="part", message="", onset_step=30, step_range=(30, 60)
+    )
+    fig = StepFigures(replace(diagnosis, findings=(part, whole)))
+    shapes = fig.layout("y")["shapes"]
+    rects = [s for s in shapes if s["type"] == "rect"]
+    assert [(s["name"], s["visible"], s["x0"], s["x1"]) for s in rects] == [
+        ("shade-0", True, 30, 39),  # clipped to the chart's steps
+        ("shade-1", False, 0, 39),  # covers the whole run: off at first, it would tint everything
+    ]
+    assert len({s["fillcolor"] for s in rects}) == 2
+    lines = [s for s in shapes if s["type"] == "line"]
+    assert [(s["name"], s["x0"], s["line"]["color"]) for s in lines] == [
+        ("onset-0", 30, FINDING_COLORS[0]),
+        ("onset-1", 0, FINDING_COLORS[1]),
+    ]
+    assert [a["text"] for a in fig.layout("y")["annotations"]] == ["CD402", "CD101"]
