@@ -157,3 +157,27 @@ def test_rloo_is_told_from_batch_scaled_grpo_that_comes_within_the_tolerance(tmp
     diagnosis = diagnose([path], ScanOptions(device="cpu"))
     assert float(np.nanmean(diagnosis.series["logged_mae_grpo_batch"])) < 0.01  # the near tie is there
     assert diagnosis.run.algorithm == "rloo", diagnosis.run.algorithm_source
+
+
+def test_the_json_of_an_rloo_run_follows_the_schemas(tmp_path: Path) -> None:
+    """run.algorithm takes every catalogue name: scan's and compare's JSON of an RLOO run validate."""
+    import json
+
+    import jsonschema
+    from typer.testing import CliRunner
+
+    from collapse_doctor.cli.app import app
+    from collapse_doctor.report.schemas import schema_text
+
+    rloo, grpo = estimator_run(tmp_path / "rloo.parquet", "rloo"), estimator_run(tmp_path / "grpo.parquet", "grpo")
+    runner = CliRunner()
+    scanned = runner.invoke(app, ["scan", str(rloo), "--json", str(tmp_path / "s.json"), "--device", "cpu"])
+    assert scanned.exit_code in (0, 1), scanned.output
+    scan_json = json.loads((tmp_path / "s.json").read_text())
+    assert scan_json["run"]["algorithm"] == "rloo" and scan_json["run"]["signal"]["estimator"] == "rloo"
+    jsonschema.validate(scan_json, json.loads(schema_text("scan")))
+    compared = runner.invoke(
+        app, ["compare", str(rloo), str(grpo), "--json", str(tmp_path / "c.json"), "--device", "cpu"]
+    )
+    assert compared.exit_code == 0, compared.output
+    jsonschema.validate(json.loads((tmp_path / "c.json").read_text()), json.loads(schema_text("compare")))
