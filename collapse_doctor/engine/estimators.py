@@ -51,7 +51,7 @@ class EstimatorRows:
         """``[N]`` dense group ids."""
         step = np.asarray(step)
         if len(step) and bool((step[1:] >= step[:-1]).all()):
-            self.step = np.cumsum(np.r_[0, step[1:] != step[:-1]]) if len(step) else step
+            self.step = np.cumsum(np.r_[0, step[1:] != step[:-1]])
         else:
             _, self.step = np.unique(step, return_inverse=True)
         """``[N]`` dense step ids."""
@@ -83,9 +83,22 @@ class EstimatorRows:
 
     def in_group(self, values: np.ndarray) -> np.ndarray:
         """``[N]`` the sum of ``values`` over each row's group."""
-        if self.block is not None:
-            return np.repeat(values.reshape(-1, self.block).sum(axis=1), self.block)
-        return self.group_sum(values)[self.group]
+        sums = self.group_sum(values)
+        return np.repeat(sums, self.block) if self.block is not None else sums[self.group]
+
+    def fused(self, per_channel: Callable[[EstimatorRows, np.ndarray], np.ndarray]) -> np.ndarray:
+        """``[N]`` sum over channels of ``w_c * per_channel(rows, r_c)``: a NaN reward is absent from its channel
+        (computed on that channel's rows alone) and adds 0 to the row's sum (NeMo-RL and verl have none)."""
+        fused = np.zeros(len(self.group))
+        for c in range(self.rewards.shape[1]):
+            r = self.column(c)
+            known = ~np.isnan(r)
+            if known.all():
+                fused += self.weights[c] * per_channel(self, r)
+            else:
+                sub = EstimatorRows(r[known][:, None], np.ones(1), self.group[known], self.step[known])
+                fused[known] += self.weights[c] * per_channel(sub, sub.total)
+        return fused
 
     def step_sum(self, values: np.ndarray) -> np.ndarray:
         return np.bincount(self.step, weights=values, minlength=self.num_steps)
@@ -158,17 +171,7 @@ def gdpo_nemo(x: EstimatorRows) -> np.ndarray:
     """NeMo-RL's GDPO: each reward's leave-one-out GRPO advantage (:func:`grpo_loo`), weighted and summed, then a
     z-score over the step (std ddof 1, no epsilon; only the mean taken off where that std is 0). A NaN reward
     counts as absent in its channel (NeMo-RL has none)."""
-    fused = np.zeros(len(x.total))
-    for c in range(x.rewards.shape[1]):
-        r = x.column(c)
-        known = ~np.isnan(r)
-        if known.all():
-            part = _loo(x, r)
-        else:
-            sub = EstimatorRows(r[known][:, None], np.ones(1), x.group[known], x.step[known])
-            part = np.zeros(len(r))
-            part[known] = _loo(sub, sub.total)
-        fused += x.weights[c] * part
+    fused = x.fused(_loo)
     rows = x.step_sum(np.ones_like(fused))
     mean = (x.step_sum(fused) / rows)[x.step]
     centred = fused - mean
@@ -269,18 +272,7 @@ def gdpo_verl(x: EstimatorRows) -> np.ndarray | None:
     (verl has none)."""
     if x.lengths is None:
         return None
-    fused = np.zeros(len(x.total))
-    for c in range(x.rewards.shape[1]):
-        r = x.column(c)
-        known = ~np.isnan(r)
-        if not known.all():
-            sub = EstimatorRows(r[known][:, None], np.ones(1), x.group[known], x.step[known])
-            column = np.full(len(r), np.nan)
-            column[known] = _verl_group_zscore(sub, sub.total)
-        else:
-            column = _verl_group_zscore(x, r)
-        fused += x.weights[c] * np.nan_to_num(column, nan=0.0)
-    return x.token_whiten(fused)
+    return x.token_whiten(x.fused(_verl_group_zscore))
 
 
 def _verl_group_zscore(x: EstimatorRows, values: np.ndarray) -> np.ndarray:
@@ -322,14 +314,9 @@ def _rpp_baseline_shape(x: EstimatorRows) -> tuple[np.ndarray, str]:
 
 
 def _gdpo_verl_shape(x: EstimatorRows) -> tuple[np.ndarray, str]:
-    fused = np.zeros(len(x.total))
-    for c in range(x.rewards.shape[1]):
-        column = x.column(c)
-        if not np.isnan(column).any():
-            fused += x.weights[c] * _verl_group_zscore(x, column)
-        else:
-            return np.full(len(x.total), np.nan), "step"  # a channel with gaps: not checked up to shape either
-    return fused, "step"
+    if np.isnan(x.rewards).any():
+        return np.full(len(x.total), np.nan), "step"  # a channel with gaps: not checked up to shape either
+    return x.fused(_verl_group_zscore), "step"
 
 
 SHAPES: dict[str, Callable[[EstimatorRows], tuple[np.ndarray, str]]] = {

@@ -17,38 +17,15 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-import torch
 
 from collapse_doctor import ScanOptions, diagnose
 from collapse_doctor.core.findings import Severity
 
-core_algos = pytest.importorskip("verl.trainer.ppo.core_algos", reason="verl is installed by scripts/bootstrap.sh")
-from omegaconf import OmegaConf  # noqa: E402
+# verl's own functions, called as verl's trainer calls them (the reference test's helpers; skipped without verl)
+from tests.reference.test_estimators_verl import VERL_FUNCTION as VERL
+from tests.reference.test_estimators_verl import verl_advantages
 
 STEPS, GROUPS, SIZE = 40, 12, 8
-
-VERL = {
-    "rloo": "compute_rloo_outcome_advantage",
-    "rloo_vectorized": "compute_rloo_vectorized_outcome_advantage",
-    "opo": "compute_opo_outcome_advantage",
-    "gpg": "compute_gpg_outcome_advantage",
-    "grpo_passk": "compute_grpo_passk_outcome_advantage",
-    "reinforce_plus_plus": "compute_reinforce_plus_plus_outcome_advantage",
-    "reinforce_plus_plus_baseline": "compute_reinforce_plus_plus_baseline_outcome_advantage",
-    "grpo": "compute_grpo_outcome_advantage",
-}
-
-
-def verl_step(name: str, scores: np.ndarray, group: np.ndarray, lengths: np.ndarray) -> np.ndarray:
-    width = int(lengths.max())
-    mask = (torch.arange(width)[None, :] < torch.as_tensor(lengths)[:, None]).float()
-    rewards = torch.zeros(len(scores), width)
-    rewards[torch.arange(len(scores)), torch.as_tensor(lengths) - 1] = torch.as_tensor(scores, dtype=torch.float32)
-    config = OmegaConf.create({"gamma": 1.0, "norm_adv_by_std_in_grpo": True})
-    adv, _ = getattr(core_algos, VERL[name])(
-        token_level_rewards=rewards, response_mask=mask, index=group.astype(str), config=config
-    )
-    return adv[:, 0].numpy()
 
 
 def estimator_run(path: Path, name: str, *, lengths_column: bool = True, seed: int = 0) -> Path:
@@ -66,7 +43,7 @@ def estimator_run(path: Path, name: str, *, lengths_column: bool = True, seed: i
         columns["fmt"].append(fmt)
         columns["acc"].append(acc)
         columns["len"].append(lengths)
-        columns["adv"].append(verl_step(name, (fmt + acc).astype(np.float64), group, lengths))
+        columns["adv"].append(verl_advantages(name, (fmt + acc).astype(np.float64), group, lengths))
     table = {
         "step": np.concatenate(columns["step"]),
         "group_id": np.concatenate(columns["group_id"]),

@@ -30,10 +30,11 @@ else:
     from collapse_doctor.engine.lazy_torch import torch
 
 CANDIDATES = tuple(name.removeprefix("logged_mae_") for name in SERIES if name.startswith("logged_mae_"))
+"""The recomputations a logged advantage is compared with, in the catalogue's (JSON) order."""
 SHAPE_CANDIDATES = tuple(
     name.removeprefix("logged_shape_mae_") for name in SERIES if name.startswith("logged_shape_mae_")
 )
-"""The recomputations a logged advantage is compared with, in the catalogue's (JSON) order."""
+"""The token-weighted estimators also fitted up to their token counts where the run has none."""
 NAMES = (
     "logged_rows",
     "logged_abs_max",

@@ -16,11 +16,18 @@ import torch
 
 pytest.importorskip("trl")
 
-from trl import GRPOTrainer
 
 from collapse_doctor.integrations import trl as integration
 from collapse_doctor.integrations.trl import CollapseDoctorCallback, CollapseDoctorWarning, attach
-from tests.unit.integrations.tiny_trainer import CHANNELS, GROUP, WEIGHTS, RewardSpy, make_trainer, train
+from tests.unit.integrations.tiny_trainer import (
+    CHANNELS,
+    GROUP,
+    WEIGHTS,
+    RewardSpy,
+    make_trainer,
+    train,
+    train_recording_loss_advantages,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -45,19 +52,8 @@ class Run:
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory: pytest.TempPathFactory) -> Run:
-    monkeypatch = pytest.MonkeyPatch()
     done = Run(tmp_path_factory.mktemp("callback") / "out")
-    original = GRPOTrainer._compute_loss
-
-    def spy(self: Any, model: Any, inputs: dict[str, Any]) -> Any:
-        done.loss_advantages.append(inputs["advantages"].detach().clone())
-        return original(self, model, inputs)
-
-    monkeypatch.setattr(GRPOTrainer, "_compute_loss", spy)
-    try:
-        train(done.trainer)
-    finally:
-        monkeypatch.undo()
+    done.loss_advantages = train_recording_loss_advantages(done.trainer)
     return done
 
 

@@ -33,7 +33,14 @@ from trl import RLOOTrainer
 
 from collapse_doctor.core.options import ScanOptions
 from collapse_doctor.integrations.trl import CollapseDoctorCallback
-from tests.unit.integrations.tiny_trainer import CHANNELS, GROUP, WEIGHTS, make_trainer, train
+from tests.unit.integrations.tiny_trainer import (
+    CHANNELS,
+    GROUP,
+    WEIGHTS,
+    make_trainer,
+    train,
+    train_recording_loss_advantages,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -66,18 +73,8 @@ class Run:
         self.trainer = make_trainer(out, steps=STEPS, callbacks=[self.callback], rloo=True, **config)
 
     def train(self) -> Run:
-        monkeypatch = pytest.MonkeyPatch()
-        original = RLOOTrainer._compute_loss
-
-        def spy(trainer: Any, model: Any, inputs: dict[str, Any]) -> Any:
-            self.loss_advantages.append(inputs["advantages"].detach().clone())
-            return original(trainer, model, inputs)
-
-        monkeypatch.setattr(RLOOTrainer, "_compute_loss", spy)
-        try:
-            train(self.trainer)
-        finally:
-            monkeypatch.undo()
+        assert isinstance(self.trainer, RLOOTrainer)
+        self.loss_advantages = train_recording_loss_advantages(self.trainer)
         return self
 
     def scan(self) -> Any:

@@ -107,6 +107,28 @@ def train(trainer: Any) -> None:
         trainer.train()
 
 
+def train_recording_loss_advantages(trainer: Any) -> list[Any]:
+    """:func:`train`, keeping the advantages each ``_compute_loss`` call received (what the loss trained on), for
+    GRPOTrainer and RLOOTrainer alike."""
+    import pytest
+
+    seen: list[Any] = []
+    cls = type(trainer)
+    original = cls._compute_loss
+
+    def spy(self: Any, model: Any, inputs: dict[str, Any]) -> Any:
+        seen.append(inputs["advantages"].detach().clone())
+        return original(self, model, inputs)
+
+    monkeypatch = pytest.MonkeyPatch()
+    monkeypatch.setattr(cls, "_compute_loss", spy)
+    try:
+        train(trainer)
+    finally:
+        monkeypatch.undo()
+    return seen
+
+
 def two_processes(*module_and_args: str) -> list[str]:
     """``torchrun`` starting ``python -m MODULE ARGS`` on 2 CPU processes (skips the test without torchrun).
 
