@@ -199,6 +199,44 @@ ESTIMATORS: tuple[EstimatorSpec, ...] = (
 ESTIMATOR_OF: dict[str, EstimatorSpec] = {spec.key: spec for spec in ESTIMATORS}
 ALGORITHMS: tuple[str, ...] = tuple(dict.fromkeys(spec.algorithm for spec in ESTIMATORS))
 """The names ``run.algorithm`` (and ``--algo``) takes, besides ``auto``."""
+COUNTERFACTUAL_KEYS: tuple[str, ...] = (
+    "grpo",
+    "gdpo",
+    "rloo",
+    "grpo_loo",
+    "gpg",
+    "opo",
+    "grpo_passk",
+    "reinforce_plus_plus",
+    "reinforce_plus_plus_baseline",
+)
+"""The estimators ``run.counterfactuals`` compares on the same rewards: one variant per algorithm (the common
+one), each with its own arithmetic (RLOO's other variants, NeMo-RL's and verl's GDPO differ from these by a scale
+or an epsilon, which moves no zero, tie or sign)."""
+
+
+SHORT_NAMES = {
+    "grpo": "GRPO",
+    "gdpo": "GDPO",
+    "grpo_loo": "LOO-GRPO",
+    "rloo": "RLOO",
+    "rloo_vectorized": "RLOO",
+    "opo": "OPO",
+    "gpg": "GPG",
+    "grpo_passk": "pass@k GRPO",
+    "reinforce_plus_plus": "REINFORCE++",
+    "reinforce_plus_plus_baseline": "REINFORCE++ (group baseline)",
+}
+"""How an algorithm is named in sentences and tables."""
+
+
+def display_name(algorithm: str) -> str:
+    """``algorithm`` as sentences name it.
+
+    >>> display_name("reinforce_plus_plus"), display_name("grpo"), display_name("unknown")
+    ('REINFORCE++', 'GRPO', 'UNKNOWN')
+    """
+    return SHORT_NAMES.get(algorithm, algorithm.upper())
 
 
 def budget_note(algorithm: str) -> str | None:

@@ -89,6 +89,7 @@ TRAINER_SETTINGS: Mapping[str, tuple[str | None, str | None]] = {
     "scale_rewards": ("scale_rewards", None),
     "mask_truncated_completions": ("mask_truncated_completions", None),
     "overlong_penalty": (None, "reward_model.overlong_buffer.enable"),
+    "adv_estimator": (None, "algorithm.adv_estimator"),
 }
 """Trainer settings an action may name: ``{setting: (TRL GRPOConfig field, verl key)}``, None where the framework
 has none."""

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from collapse_doctor.core.config import Config
-from collapse_doctor.core.estimators import has_group_baseline, is_sparse
+from collapse_doctor.core.estimators import display_name, has_group_baseline, is_sparse
 from collapse_doctor.core.findings import Finding, exit_code, failing, plain
 from collapse_doctor.core.numbers import pct
 
@@ -80,6 +80,10 @@ class RunSummary:
     """Where a run without rollouts got the per-channel series its channel checks judge: the TRL callback's
     scalars (``"callback scalars"``), or ``None``."""
     phases: tuple[Phase, ...] = ()
+    counterfactuals: Mapping[str, Any] | None = None
+    """The run's rewards under every estimator of the catalogue on the same sampled groups
+    (:func:`collapse_doctor.judge.counterfactuals.counterfactual_table`): zero-advantage and tied shares and who
+    decides a sign, with their support. ``None`` for a run without rollouts."""
     """A run that switched aggregation (the rollouts' ``aggregation`` column): its phases in step order, each
     judged under its own; ``algorithm`` is the last one's. Empty for a run under one aggregation."""
 
@@ -113,6 +117,7 @@ class RunSummary:
             | ({"channel_series": self.channel_series} if self.channel_series else {})
             | ({"phases": [p.to_dict() for p in self.phases]} if self.phases else {})
             | ({"signal": dict(self.signal)} if self.signal is not None else {})
+            | ({"counterfactuals": dict(self.counterfactuals)} if self.counterfactuals is not None else {})
         )
 
 
@@ -271,8 +276,8 @@ def signal_sentence(signal: Mapping[str, Any] | None) -> str:
     estimator = signal.get("estimator")
     if estimator and not has_group_baseline(str(estimator)):
         return (
-            f"no group is silent by its rewards alone under {str(estimator).upper()} (a batch baseline); under GRPO "
-            f"{pct(signal['zero_advantage_rollout_share'])} of rollouts would give no gradient"
+            f"no group is silent by its rewards alone under {display_name(str(estimator))} (a batch baseline); "
+            f"under GRPO {pct(signal['zero_advantage_rollout_share'])} of rollouts would give no gradient"
         )
     causes = signal.get("silent_causes") or {}
     repeated = causes.get("identical_completions")
@@ -287,7 +292,7 @@ def signal_sentence(signal: Mapping[str, Any] | None) -> str:
         )
     sentence = (
         f"{pct(signal['zero_advantage_rollout_share'])} of rollouts gave no gradient under "
-        f"{str(estimator or signal['algorithm']).upper()} ({split})"
+        f"{display_name(str(estimator or signal['algorithm']))} ({split})"
     )
     if estimator and is_sparse(str(estimator)):
         sentence += "; besides, pass@k gives 0 to every rollout but each group's best by design"

@@ -14,7 +14,7 @@ from typing import Any, Literal, TypeVar
 
 import numpy as np
 
-from collapse_doctor.core.estimators import ESTIMATORS
+from collapse_doctor.core.estimators import COUNTERFACTUAL_KEYS, ESTIMATOR_OF, ESTIMATORS
 
 PAIR_SEPARATOR = "|"
 RECOMPUTATIONS: dict[str, str] = {
@@ -45,6 +45,14 @@ class SeriesSpec:
     name: str
     shape: Shape
     doc: str
+
+
+COUNTERFACTUAL_PREFIX = "cf_"
+"""The counterfactual counts' prefix: kept in memory for any stretch, not written to the JSON's series."""
+
+
+def _cf_label(key: str) -> str:
+    return ESTIMATOR_OF[key].label
 
 
 _ROWS = "over the valid rows of groups whose totals differ"
@@ -242,6 +250,31 @@ _CATALOGUE = (
     SeriesSpec("wfit_gdpo_diag", "channel", "Diagonal of Z^T Z - Z^T A A^T Z / |A|^2 over the step (Z: z-scores)."),
     SeriesSpec("wfit_gdpo_off", "pair", "Off-diagonal entries of that GDPO weight-fit matrix."),
     SeriesSpec("wfit_gdpo_norm", "run", "Trace of Z^T Z over the same rows (the GDPO fit's scale)."),
+    # counterfactuals across estimators (on the sampled groups of each step)
+    SeriesSpec("cf_groups", "run", "Groups sampled for the counterfactuals (all of a step with up to 64, else 64)."),
+    SeriesSpec("cf_rows", "run", "Valid rows of the sampled groups."),
+    SeriesSpec("cf_differing_pairs", "run", "Pairs of sampled rows of one group whose reward vectors differ."),
+    SeriesSpec("cf_uniform", "run", "1 where the rows carry no completion lengths (REINFORCE++ weights rows once)."),
+    *(
+        spec
+        for key in COUNTERFACTUAL_KEYS
+        for spec in (
+            SeriesSpec(
+                f"cf_zero_rows_{key}", "run", f"Sampled rows whose {_cf_label(key)} advantage is within 1e-4 of 0."
+            ),
+            SeriesSpec(
+                f"cf_signal_rows_{key}", "run", f"Sampled rows whose {_cf_label(key)} advantage is beyond 1e-6."
+            ),
+            SeriesSpec(
+                f"cf_tied_pairs_{key}", "run", f"Of cf_differing_pairs: equal {_cf_label(key)} advantages (tied)."
+            ),
+            SeriesSpec(
+                f"cf_decided_{key}",
+                "channel",
+                f"Sampled rows whose {_cf_label(key)} advantage sign the channel decides.",
+            ),
+        )
+    ),
 )
 
 SERIES: dict[str, SeriesSpec] = {spec.name: spec for spec in _CATALOGUE}
@@ -347,9 +380,12 @@ class RunSeries:
         return self.derived_from == CALLBACK_SCALARS
 
     def to_json(self) -> dict[str, Any]:
-        """``{"step": [...], name: [...] | {channel: [...]} | {"a|b": [...]}}`` with NaN as null."""
+        """``{"step": [...], name: [...] | {channel: [...]} | {"a|b": [...]}}`` with NaN as null; the counterfactual
+        counts (``cf_*``) are left out: ``run.counterfactuals`` sums them."""
         out: dict[str, Any] = {"step": [int(s) for s in self.steps]}
         for name, array in self.values.items():
+            if name.startswith(COUNTERFACTUAL_PREFIX):
+                continue
             shape = series_spec(name).shape
             if array.ndim != (1 if shape == "run" else 2):
                 raise ValueError(f"series {name!r} is {shape}-shaped but has {array.ndim} dimensions")

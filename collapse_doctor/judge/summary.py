@@ -23,6 +23,7 @@ from collapse_doctor.core.scalars import ScalarSeries
 from collapse_doctor.core.series import MAX_PAIRED_CHANNELS, PAIRS_CAPPED, RunSeries
 from collapse_doctor.core.smoothing import finite_peak, rolling
 from collapse_doctor.judge.budget import applies_share, channel_extreme_shares, signal_budget
+from collapse_doctor.judge.counterfactuals import counterfactual_table
 
 
 def _pairs_capped(channels: Sequence[str]) -> tuple[str, ...]:
@@ -111,13 +112,13 @@ def with_signal(summary: RunSummary, series: RunSeries) -> RunSummary:
     algorithm = family_of(summary.algorithm)
     budget = signal_budget(series, algorithm) if summary.rollouts else None
     if budget is None:
-        return replace(summary, signal=None)
+        return replace(summary, signal=None, counterfactuals=None)
     signal = budget.to_dict()
     if summary.algorithm not in ("grpo", "gdpo", "unknown"):
         # the run's own estimator (RLOO, pass@k, ...), judged with its family's group rule
         note = budget_note(summary.algorithm)
         signal |= {"estimator": summary.algorithm} | ({"note": note} if note else {})
-    return replace(summary, signal=signal)
+    return replace(summary, signal=signal, counterfactuals=counterfactual_table(series, summary.algorithm))
 
 
 STATE_SHARE = 0.5

@@ -151,11 +151,11 @@ def resolve_config(files: Sequence[Path], options: ScanOptions) -> tuple[Config,
     return config, tuple(select(None, config.only or None, config.ignore or None))
 
 
-def plan_scan(paths: Sequence[str | Path], options: ScanOptions | None = None) -> ScanPlan:
-    """Discover the runs under ``paths`` (once; ``@FILE`` lists inputs one per line), pick ``options.run_name`` if
-    given, resolve the configuration."""
+def plan_scan(paths: str | Path | Sequence[str | Path], options: ScanOptions | None = None) -> ScanPlan:
+    """Discover the runs under ``paths`` (one path or several, once; ``@FILE`` lists inputs one per line), pick
+    ``options.run_name`` if given, resolve the configuration."""
     options = options or ScanOptions()
-    paths = expand_list_files(paths)
+    paths = expand_list_files([paths] if isinstance(paths, (str, Path)) else paths)
     found = discover_runs(paths)
     runs = [choose_run(found, options.run_name)] if options.run_name is not None else found
     config, codes = resolve_config(runs[0].files, options)
@@ -670,8 +670,9 @@ def results_or_raise(outcomes: Sequence[ScanResult | CollapseDoctorError], names
     raise RunsFailed([o for o in outcomes if isinstance(o, ScanResult)], failures)
 
 
-def diagnose(paths: Sequence[str | Path], options: ScanOptions | None = None) -> Diagnosis:
-    """Scan the one run under ``paths`` (several runs need ``options.run_name``, or :func:`diagnose_runs`).
+def diagnose(paths: str | Path | Sequence[str | Path], options: ScanOptions | None = None) -> Diagnosis:
+    """Scan the one run under ``paths`` (a path or several; several runs need ``options.run_name``, or
+    :func:`diagnose_runs`).
 
     >>> import collapse_doctor
     >>> collapse_doctor.diagnose is diagnose
@@ -683,6 +684,6 @@ def diagnose(paths: Sequence[str | Path], options: ScanOptions | None = None) ->
     return scan_run(plan, plan.runs[0]).diagnosis
 
 
-def diagnose_runs(paths: Sequence[str | Path], options: ScanOptions | None = None) -> list[Diagnosis]:
+def diagnose_runs(paths: str | Path | Sequence[str | Path], options: ScanOptions | None = None) -> list[Diagnosis]:
     """Scan every run found in ``paths`` (or only ``options.run_name``), one Diagnosis each, in discovery order."""
     return [result.diagnosis for result in run_scan(plan_scan(paths, options))]

@@ -23,6 +23,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from collapse_doctor.core.estimators import display_name
 from collapse_doctor.core.findings import VERDICT_ORDER, VERDICTS, Finding, Severity, severity_counts, worst_verdict
 from collapse_doctor.core.numbers import fixed, pct, share_pct
 from collapse_doctor.core.result import LACKS_SERIES, REQUIREMENTS, Diagnosis, signal_sentence
@@ -184,6 +185,7 @@ def render_text(
         _scalar_channels(console, diagnosis)
     else:
         _rollout_channels(console, diagnosis)
+        _counterfactuals(console, diagnosis)
     _findings(console, diagnosis, json_written=json_written, verbose=verbosity >= VERBOSE)
 
 
@@ -503,6 +505,64 @@ def _rollout_channels(console: Console, diagnosis: Diagnosis) -> None:
     console.print(Text("Channels (now = median of the last 10% of steps)", style="bold"))
     print_table(console, table)
     _left_out(console, hidden)
+    console.print()
+
+
+def counterfactual_rows(table: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The counterfactual table's estimators with equal rounded shares merged into one row (``"GRPO = RLOO"``: on
+    these rewards they zero, tie and decide alike), the run's own first; ``"own"`` marks it, ``"cells"`` holds the
+    shares as shown, ``"note"`` what was not computed."""
+    merged: dict[tuple[str, ...], dict[str, Any]] = {}
+    rows = sorted(table["estimators"], key=lambda row: not row["own"])
+    for row in rows:
+        name = display_name(row["algorithm"])
+        if "not_computed" in row:
+            merged[("not", row["estimator"])] = {"names": [name], "own": row["own"], "note": row["not_computed"]}
+            continue
+        decides = row["decides"]
+        cells = (
+            pct(row["zero_advantage_share"]),
+            pct(row["tied_pair_share"]) if row["tied_pair_share"] is not None else "-",
+            ", ".join(f"{printable(c)} {pct(v)}" for c, v in decides.items()),
+        )
+        entry = merged.setdefault(cells, {"names": [], "own": False, "cells": cells, "note": row.get("note")})
+        entry["names"].append(name)
+        entry["own"] = entry["own"] or row["own"]
+    return list(merged.values())
+
+
+def _counterfactuals(console: Console, diagnosis: Diagnosis) -> None:
+    table = diagnosis.run.counterfactuals
+    if not table:
+        return
+    sample = table["sample"]
+    rows = counterfactual_rows(table)
+    computed = [row for row in rows if "cells" in row]
+    if not computed:
+        return
+
+    def build(with_decides: bool) -> tuple[Table, int | None]:
+        t = _table()
+        t.add_column("estimator", **ONE_LINE)
+        t.add_column("no gradient", justify="right", **ONE_LINE)
+        t.add_column("tied pairs", justify="right", **ONE_LINE)
+        if with_decides:
+            t.add_column("sign decided by", **ONE_LINE)
+        for row in computed:
+            names = " = ".join(row["names"]) + (" (run)" if row["own"] else "")
+            t.add_row(names, *(row["cells"] if with_decides else row["cells"][:2]))
+        return t, 0
+
+    console.print(
+        Text(
+            f"Estimators on the same rewards ({sample['groups']:,} groups, up to {sample['groups_per_step']} per step)",
+            style="bold",
+        )
+    )
+    print_table(console, fit_table(console, [lambda: build(True), lambda: build(False)]))
+    notes = [f"{' = '.join(row['names'])}: {row['note']}" for row in rows if row.get("note")]
+    for note in notes:
+        console.print(_indented(console, note, indent=2))
     console.print()
 
 

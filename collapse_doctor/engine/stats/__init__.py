@@ -24,6 +24,7 @@ from collapse_doctor.engine.stats import (
     channels,
     completions,
     correlation,
+    counterfactuals,
     dominance,
     logged,
     outliers,
@@ -72,6 +73,7 @@ FAMILIES = (
     correlation,
     logged,
     weightfit,
+    counterfactuals,
 )
 """The statistic families; each has ``NAMES``, ``general(GeneralChunk)`` and ``dense(DenseChunk)``."""
 LOGGED_FAMILIES = (logged, weightfit)

@@ -23,6 +23,7 @@ from collapse_doctor.judge.detectors.base import (
 )
 from collapse_doctor.judge.detectors.remedies import (
     FROM_SCAN,
+    estimator_remedy,
     gdpo_counterfactual,
     nanmedian,
     share_pct,
@@ -222,6 +223,10 @@ class DominantChannel(Detector):
         first half of the run and GDPO resolves it, switch when it shows (`hybrid_switch =
         "on-finding:CD402@warning"`). The finding's actions carry each of these; `--from-scan` applies them.
         Judged from the callback's scalars, the remedy points to the rollouts for the GDPO counterfactual.
+        Another estimator (verl `algorithm.adv_estimator`) is named only where, on the same sampled groups
+        (`run.counterfactuals`), the drowned channel decides at least twice the share of signs it decides under
+        the run's own, and it leaves at most 5 points more rollouts without gradient (pass@k, which signs only
+        each group's best rollout, is never a cure for drowning).
     """
 
     code = "CD402"
@@ -293,6 +298,15 @@ class DominantChannel(Detector):
                         switch_remedy(ctx, resolves) if ctx.recomputed else NOT_RECOMPUTED,
                         self._lower(channel, suggested),
                         self._recipes(ctx, stretch, channel, drowned, resolves=resolves is True),
+                        estimator_remedy(
+                            ctx,
+                            window,
+                            "decides",
+                            f"let `{drowned[0]}` decide {{theirs}} of advantage signs",
+                            channel=drowned[0],
+                        )
+                        if drowned and ctx.recomputed
+                        else None,
                     ),
                     gdpo_resolves=gdpo_counterfactual(ctx, resolves),
                 )

@@ -8,8 +8,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from collapse_doctor.core.estimators import display_name
 from collapse_doctor.core.findings import ChangeSetting, Remedy, SetAggregation
-from collapse_doctor.core.numbers import nanmedian, share_pct
+from collapse_doctor.core.numbers import nanmedian, pct, share_pct
+from collapse_doctor.core.series import RunSeries
+from collapse_doctor.judge.counterfactuals import Measure, better_estimators, support
 
 __all__ = [
     "CLIP_HIGHER",
@@ -23,6 +26,7 @@ __all__ = [
     "MORE_KL",
     "Remedy",
     "aggregation_remedy",
+    "estimator_remedy",
     "gdpo_counterfactual",
     "join_remedies",
     "nanmedian",
@@ -109,3 +113,31 @@ def switch_remedy(ctx: DetectionContext, resolves: bool | None) -> Remedy | None
 def join_remedies(*parts: str | Remedy | None) -> str:
     """Remedy parts joined with "; ", empty ones left out (their words only: :meth:`Remedy.join` keeps the actions)."""
     return Remedy.join(*parts).text
+
+
+def estimator_remedy(
+    ctx: DetectionContext, window: slice, measure: Measure, harm: str, *, channel: str | None = None
+) -> Remedy | None:
+    """Another estimator of the catalogue, only where its computed ``measure`` over ``window`` (the same sampled
+    groups, :mod:`collapse_doctor.judge.counterfactuals`) improves on the run's own by half: ``harm`` words the
+    measure (``"leave {theirs} of rollouts without advantage"``). None without rollouts or where none improves."""
+    if not ctx.run.rollouts:
+        return None
+    better = better_estimators(ctx.series, ctx.run.algorithm, measure, window, channel=channel)
+    if not better:
+        return None
+    found, theirs, mine = better[0]
+    action = ChangeSetting("adv_estimator", "set", found.algorithm)
+    own = display_name(ctx.run.algorithm if ctx.run.algorithm != "unknown" else ctx.algorithm)
+    return Remedy(
+        f"on the same rewards {display_name(found.algorithm)} would {harm.format(theirs=pct(theirs))}, against "
+        f"{pct(mine)} under {own} (computed on {support_words(ctx.series, window)}; run.counterfactuals): "
+        f"verl {action.verl}={found.algorithm}",
+        (action,),
+    )
+
+
+def support_words(series: RunSeries, window: slice) -> str:
+    """``"1,200 sampled groups"``: the support of the counterfactual shares of ``window``."""
+    sample = support(series, window)
+    return f"{sample['groups']:,} sampled groups" if sample else "no sampled groups"

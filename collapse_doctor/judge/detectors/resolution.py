@@ -8,7 +8,13 @@ from typing import ClassVar
 import numpy as np
 
 from collapse_doctor.judge.detectors.base import DetectionContext, Detector, Finding, NotEnoughData, Severity, register
-from collapse_doctor.judge.detectors.remedies import Remedy, gdpo_counterfactual, nanmedian, switch_remedy
+from collapse_doctor.judge.detectors.remedies import (
+    Remedy,
+    estimator_remedy,
+    gdpo_counterfactual,
+    nanmedian,
+    switch_remedy,
+)
 
 
 @register
@@ -41,7 +47,9 @@ class TiedSums(Detector):
         `collapse-doctor retrain --algo gdpo --from-scan scan.json` (written by `scan RUN --json
         scan.json`) trains GDPO with the weights the findings suggest; with your own TRL trainer set
         `multi_objective_aggregation="normalize_then_sum"`. A run that already is GDPO is pointed to
-        `--algo gdpo-dynamic`.
+        `--algo gdpo-dynamic`. Another estimator (verl `algorithm.adv_estimator`) is named only where its tied
+        share, computed on the same sampled groups (`run.counterfactuals`), is at most half the run's and it
+        leaves at most 5 points more rollouts without gradient.
     """
 
     code = "CD301"
@@ -102,6 +110,7 @@ class TiedSums(Detector):
                 },
                 remedy=Remedy.join(
                     switch_remedy(ctx, resolves),
+                    estimator_remedy(ctx, window, "tied_pair_share", "tie {theirs} of those pairs"),
                     f"give the channels distinct weights that reflect their priority (e.g. retrain --weights "
                     f"{weights_hint}; TRL reward_weights)",
                 ),

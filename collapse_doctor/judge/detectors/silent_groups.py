@@ -15,6 +15,7 @@ from collapse_doctor.judge.detectors.mode_collapse import collapsed_now
 from collapse_doctor.judge.detectors.remedies import (
     MORE_GENERATIONS,
     Remedy,
+    estimator_remedy,
     gdpo_counterfactual,
     policy_collapse_remedy,
     switch_remedy,
@@ -67,6 +68,9 @@ class ZeroVarianceGroups(Detector):
         higher num_generations (not harder and easier prompts at once). Equal rewards from different completions:
         a graded reward (partial credit). Cancelling: give the channels unequal weights (TRL `reward_weights`) or
         merge them into one graded reward; switch to GDPO only when its recomputed advantages are not silent too.
+        Another estimator (verl `algorithm.adv_estimator`) is named only where its zero-advantage share, computed
+        on the same sampled groups (`run.counterfactuals`), is at most half the run's: a batch baseline
+        (REINFORCE++) ranks a silent group against the step.
     """
 
     code = "CD102"
@@ -195,6 +199,12 @@ class ZeroVarianceGroups(Detector):
             if own.cancel_group_share >= cause
             else None,
             switch_remedy(ctx, resolves and own.cancel_group_share >= cause),
+            estimator_remedy(
+                ctx,
+                window,
+                "zero_advantage_share",
+                "leave {theirs} of rollouts without advantage (a batch baseline ranks a silent group against the step)",
+            ),
         )
         return [
             self.finding(

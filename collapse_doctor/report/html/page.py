@@ -321,7 +321,34 @@ def _overview(diagnosis: Diagnosis) -> str:
         f'<div class="card"><table class="run">{run_table}</table></div>'
         f'<div class="card"><h3>Channels <span class="muted">(now = median of the last 10% of steps)</span></h3>'
         f"{channel_table}</div>"
+        f"{_counterfactual_card(diagnosis)}"
         "</div></section>"
+    )
+
+
+def _counterfactual_card(diagnosis: Diagnosis) -> str:
+    """The estimators on the same rewards (``run.counterfactuals``), as the text output merges them."""
+    from collapse_doctor.report.text import counterfactual_rows
+
+    table = diagnosis.run.counterfactuals
+    if not table:
+        return ""
+    rows = counterfactual_rows(table)
+    body = []
+    for row in rows:
+        name = esc(" = ".join(row["names"])) + (" <span class='muted'>(run)</span>" if row["own"] else "")
+        if "cells" in row:
+            cells = "".join(f'<td class="num">{esc(c)}</td>' for c in row["cells"][:2])
+            note = f" <span class='muted'>({esc(row['note'])})</span>" if row.get("note") else ""
+            body.append(f'<tr><td class="name">{name}</td>{cells}<td>{esc(row["cells"][2])}{note}</td></tr>')
+        else:
+            body.append(f'<tr><td class="name">{name}</td><td colspan="3" class="muted">{esc(row["note"])}</td></tr>')
+    sample = table["sample"]
+    return (
+        f'<div class="card" id="estimators"><h3>Estimators on the same rewards <span class="muted">'
+        f"({sample['groups']:,} groups, up to {sample['groups_per_step']} per step)</span></h3>"
+        "<table><tr><th>estimator</th><th class='num'>no gradient</th><th class='num'>tied pairs</th>"
+        f"<th>sign decided by</th></tr>{''.join(body)}</table></div>"
     )
 
 

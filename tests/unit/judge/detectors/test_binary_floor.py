@@ -42,7 +42,10 @@ def test_the_floor_at_group_size_two_is_reported_within_sampling_error(tmp_path:
     assert found.severity == Severity.WARNING and found.step_range == (0, STEPS - 1)
     assert abs(found.evidence["zero_advantage_rollout_share"] - 150 / 320) < 1e-9
     assert "within sampling error of the 50% a pass/fail outcome leaves silent at group size 2" in found.message
-    assert [a.setting for a in found.actions] == ["num_generations"]
+    # REINFORCE++'s baseline is the step's mean reward (about 0.5 here): every rollout of an all-pass group gets
+    # +, of an all-fail group -, so none is left without advantage (0% against 47%), computed: it is named too.
+    assert [a.setting for a in found.actions] == ["num_generations", "adv_estimator"]
+    assert "REINFORCE++ would leave 0% of rollouts without advantage" in found.remedy
     assert "harder prompts" not in found.remedy and "easier prompts" not in found.remedy
     assert found.gdpo_resolves is False  # one channel: GDPO's groups of two are silent in the same groups
 
