@@ -39,6 +39,7 @@ section { scroll-margin-top: 44px; }
         overflow-x: auto; }
 /* long channel names wrap, columns stay in view */
 td.name { min-width: 16ch; max-width: 32ch; overflow-wrap: anywhere; }
+td.decides { max-width: 48ch; overflow-wrap: anywhere; }
 .card td code:not(.path) { word-break: break-all; }
 code.path { white-space: normal; word-break: normal; overflow-wrap: normal; }
 code.path .seg { white-space: nowrap; }  /* a path breaks after a "/", never inside a name */

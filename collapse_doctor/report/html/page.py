@@ -340,7 +340,9 @@ def _counterfactual_card(diagnosis: Diagnosis) -> str:
         if "cells" in row:
             cells = "".join(f'<td class="num">{esc(c)}</td>' for c in row["cells"][:2])
             note = f" <span class='muted'>({esc(row['note'])})</span>" if row.get("note") else ""
-            body.append(f'<tr><td class="name">{name}</td>{cells}<td>{esc(row["cells"][2])}{note}</td></tr>')
+            body.append(
+                f'<tr><td class="name">{name}</td>{cells}<td class="decides">{esc(row["cells"][2])}{note}</td></tr>'
+            )
         else:
             body.append(f'<tr><td class="name">{name}</td><td colspan="3" class="muted">{esc(row["note"])}</td></tr>')
     sample = table["sample"]
