@@ -30,10 +30,14 @@ PER_STEP = ("completions_*.parquet", "part-*.parquet")
 
 
 def answer(diagnosis: Diagnosis) -> dict[str, Any]:
-    """What a user acts on: the verdict, the signal budget and each finding's code, channels, severity, onset."""
+    """What a user acts on: the verdict, the signal budget, the estimators on the same rewards and each finding's
+    code, channels, severity, onset and remedy."""
+    table = diagnosis.run.counterfactuals
     return {
         "verdict": diagnosis.verdict,
         "signal": dict(diagnosis.run.signal) if diagnosis.run.signal is not None else None,
+        "counterfactuals": dict(table) if table is not None else None,
+        "remedies": [f.remedy for f in diagnosis.findings],
         "algorithm": diagnosis.run.algorithm,
         "weights": diagnosis.run.weights,
         "findings": [(f.code, f.channels, f.severity.label, f.onset_step, f.step_range) for f in diagnosis.findings],

@@ -198,6 +198,8 @@ def test_output_dir_scans_like_a_retrain_run(run: Run) -> None:
         return {
             "verdict": d.verdict,
             "signal": d.run.signal,
+            "counterfactuals": d.run.counterfactuals,
+            "remedies": [f.remedy for f in d.findings],
             "algorithm": (d.run.algorithm, d.run.algorithm_source),
             "weights": (d.run.weights, d.run.weights_source),
             "sizes": (d.run.steps, d.run.rollouts, d.run.groups, d.run.group_size_min, d.run.group_size_max),
