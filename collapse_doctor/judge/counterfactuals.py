@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from collapse_doctor.core.estimators import COMPLETION_LENGTH, COUNTERFACTUAL_KEYS, ESTIMATOR_OF
+from collapse_doctor.core.estimators import COMPLETION_LENGTH, COUNTERFACTUAL_KEYS, ESTIMATOR_OF, is_sparse
 from collapse_doctor.core.series import RunSeries
 from collapse_doctor.engine.stats.counterfactuals import SAMPLE_GROUPS
 
@@ -158,10 +158,11 @@ def better_estimators(
     0.05), and that leaves at most :data:`SILENCE_MARGIN` more rollouts without advantage: ``(outcome, theirs, the
     run's)``, best first. Lower is better for the zero and tied shares; for
     ``decides`` (a drowned ``channel``) higher is. GRPO and GDPO are left out by default: the aggregation remedy
-    (:func:`~collapse_doctor.judge.detectors.remedies.switch_remedy`) already answers for them."""
+    (:func:`~collapse_doctor.judge.detectors.remedies.switch_remedy`) already answers for them. Nothing for a run
+    whose own estimator is sparse by design (pass@k): its zeros and ties are what it intends."""
     own = own_key(algorithm)
     mine = outcome(series, own, window) if own is not None else None
-    if mine is None:
+    if mine is None or is_sparse(algorithm):  # pass@k's zeros and ties are its design, not a harm to cure
         return []
 
     def value(found: EstimatorOutcome) -> float | None:

@@ -83,3 +83,12 @@ def test_too_few_groups_is_not_enough_data(tmp_path: Path) -> None:
         if row["estimator"] != "opo":  # without lengths: not computed for that reason first
             assert row["not_computed"].startswith("not enough data"), row
     assert better_estimators(d.series, "grpo", "zero_advantage_share") == []
+
+
+def test_a_pass_at_k_run_is_never_told_its_intended_zeros_are_a_harm(tmp_path: Path) -> None:
+    # pass@k signs only each group's best rollout: 7 of 8 zeros are its design, so no estimator is proposed
+    # against them even though RLOO's computed share is far lower.
+    d = collapse_doctor.diagnose(_all_pass_run(tmp_path / "run.parquet"))
+    assert _rows(d)["grpo_passk"]["zero_advantage_share"] > 0.9
+    assert better_estimators(d.series, "grpo_passk", "zero_advantage_share") == []
+    assert better_estimators(d.series, "grpo", "zero_advantage_share")  # the same numbers, judged for GRPO
