@@ -80,12 +80,12 @@ class RunSummary:
     """Where a run without rollouts got the per-channel series its channel checks judge: the TRL callback's
     scalars (``"callback scalars"``), or ``None``."""
     phases: tuple[Phase, ...] = ()
+    """A run that switched aggregation (the rollouts' ``aggregation`` column): its phases in step order, each
+    judged under its own; ``algorithm`` is the last one's. Empty for a run under one aggregation."""
     counterfactuals: Mapping[str, Any] | None = None
     """The run's rewards under every estimator of the catalogue on the same sampled groups
     (:func:`collapse_doctor.judge.counterfactuals.counterfactual_table`): zero-advantage and tied shares and who
     decides a sign, with their support. ``None`` for a run without rollouts."""
-    """A run that switched aggregation (the rollouts' ``aggregation`` column): its phases in step order, each
-    judged under its own; ``algorithm`` is the last one's. Empty for a run under one aggregation."""
 
     @property
     def counterfactual_algorithm(self) -> str:

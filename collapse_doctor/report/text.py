@@ -508,6 +508,10 @@ def _rollout_channels(console: Console, diagnosis: Diagnosis) -> None:
     console.print()
 
 
+DECIDERS_SHOWN = 4
+"""Channels named in the table's "sign decided by" cell (the ones that decide most); the JSON has every one."""
+
+
 def counterfactual_rows(table: Mapping[str, Any]) -> list[dict[str, Any]]:
     """The counterfactual table's estimators with equal rounded shares merged into one row (``"GRPO = RLOO"``: on
     these rewards they zero, tie and decide alike), the run's own first; ``"own"`` marks it, ``"cells"`` holds the
@@ -520,12 +524,18 @@ def counterfactual_rows(table: Mapping[str, Any]) -> list[dict[str, Any]]:
             merged[("not", row["estimator"])] = {"names": [name], "own": row["own"], "note": row["not_computed"]}
             continue
         decides = row["decides"]
+        shown = list(decides.items())
+        if len(shown) > DECIDERS_SHOWN:  # the channels that decide most, in the channels' order
+            top = sorted(shown, key=lambda item: -item[1])[:DECIDERS_SHOWN]
+            shown = [item for item in shown if item in top]
+        more = len(decides) - len(shown)
         cells = (
             pct(row["zero_advantage_share"]),
             pct(row["tied_pair_share"]) if row["tied_pair_share"] is not None else "-",
-            ", ".join(f"{printable(c)} {pct(v)}" for c, v in decides.items()),
+            ", ".join(f"{printable(c)} {pct(v)}" for c, v in shown) + (f", {more:,} more" if more else ""),
         )
-        entry = merged.setdefault(cells, {"names": [], "own": False, "cells": cells, "note": row.get("note")})
+        key = (*cells, row.get("note") or "")  # rows merge only with the same note
+        entry = merged.setdefault(key, {"names": [], "own": False, "cells": cells, "note": row.get("note")})
         entry["names"].append(name)
         entry["own"] = entry["own"] or row["own"]
     return list(merged.values())

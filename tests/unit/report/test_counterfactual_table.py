@@ -55,6 +55,27 @@ def test_equal_rows_merge_with_the_runs_own_first() -> None:
     assert rows[2]["names"] == ["REINFORCE++"] and rows[2]["note"] == "rows weighted once"
 
 
+def test_a_noted_row_never_merges_and_many_channels_show_the_deciding_four() -> None:
+    decides = {f"c{k}": share for k, share in enumerate([0.05, 0.4, 0.1, 0.02, 0.3, 0.13])}
+    same = {"zero_advantage_share": 0.3, "tied_pair_share": 0.1, "decides": decides}
+    table = TABLE | {
+        "estimators": [
+            {"estimator": "grpo", "algorithm": "grpo", "label": "GRPO", "own": True, **same},
+            {
+                "estimator": "reinforce_plus_plus_baseline",
+                "algorithm": "reinforce_plus_plus_baseline",
+                "label": "x",
+                "own": False,
+                **same,
+                "note": "rows weighted once",
+            },
+        ]
+    }
+    rows = counterfactual_rows(table)
+    assert [row["names"] for row in rows] == [["GRPO"], ["REINFORCE++ (group baseline)"]]
+    assert rows[0]["cells"][2] == "c1 40%, c2 10%, c4 30%, c5 13%, 2 more"
+
+
 def test_text_and_html_show_the_table_of_a_scan(tmp_path: Path) -> None:
     d = collapse_doctor.diagnose(binary_run(tmp_path / "run.parquet", pass_rates={"a": 0.5, "b": 0.3}))
     out = io.StringIO()
