@@ -46,6 +46,9 @@ class IngestNotes:
     """Why ``--max-completion-length`` told no cut (a ``truncated`` column does, or the lengths are not tokens)."""
     identical_files: list[tuple[str, str]] = field(default_factory=list)
     """Input pairs with the same size and Parquet footer: most likely one file copied under two names."""
+    source_notes: list[str] = field(default_factory=list)
+    """What an adapter learnt from the trainer's own files that changes what is checked (a tracker's completions
+    table whose advantages hold a KL penalty the rows lack), said once."""
 
     def merged(self, other: IngestNotes) -> IngestNotes:
         """These notes and those of another part of the same run (another file), as one run's: counts added,
@@ -58,6 +61,7 @@ class IngestNotes:
             later_reward_columns=dict(self.later_reward_columns),
             files=self.files + other.files,
             identical_files=[*self.identical_files, *other.identical_files],
+            source_notes=list(dict.fromkeys([*self.source_notes, *other.source_notes])),
         )
         for name in ("duplicate_rows", "ragged_blocks", "repeated_groups", "repeated_group_rows", "groups_checked"):
             setattr(out, name, getattr(self, name))
@@ -74,7 +78,8 @@ class IngestNotes:
             setattr(self, name, getattr(self, name) + getattr(other, name))
 
     def warnings(self) -> list[str]:
-        out = [
+        out = list(self.source_notes)
+        out += [
             f"reward/{channel}: {count} NaN value(s), kept as 'not applicable' (ignored by the baselines)"
             for channel, count in sorted(self.nan_rewards.items())
             if count

@@ -220,9 +220,9 @@ def discover_runs(paths: Sequence[str | Path]) -> list[RunInputs]:
     return runs
 
 
-TRL_COMPLETIONS, CALLBACK_ROLLOUTS = "trl_completions", "rollouts"
-"""TRL's ``log_completions`` files (a format kind) and the directory ``CollapseDoctorCallback`` writes its rollout
-parts to, beside them in the trainer's output dir."""
+TRL_COMPLETIONS, CALLBACK_ROLLOUTS, WANDB_TABLE = "trl_completions", "rollouts", "wandb_table"
+"""TRL's ``log_completions`` files (a format kind), the directory ``CollapseDoctorCallback`` writes its rollout
+parts to, beside them in the trainer's output dir, and the completions tables TRL logs to W&B (a format kind)."""
 
 
 def _one_rollout_source(groups: dict[SetKey, list[Path]]) -> dict[SetKey, tuple[str, ...]]:
@@ -249,6 +249,26 @@ def _one_rollout_source(groups: dict[SetKey, list[Path]]) -> dict[SetKey, tuple[
             f"{root / 'completions'} ({len(files)} file(s), TRL log_completions): the same generations as "
             f"{root / CALLBACK_ROLLOUTS}, which CollapseDoctorCallback wrote with the advantages the loss used, token "
             "lengths and the cut flag; read once, from there",
+        )
+    for key in [k for k in groups if k[0] == WANDB_TABLE]:
+        if key[1] is None:
+            continue
+        logs = key[1].parent.resolve()  # <output dir>/wandb: wandb's directory in the trainer's output dir
+        beside = [
+            k
+            for k, files in groups.items()
+            if is_rollouts(k[0])
+            and k[0] != WANDB_TABLE
+            and files
+            and all(_contains(logs.parent, f.resolve()) and not _contains(logs, f.resolve()) for f in files)
+        ]
+        if len(beside) != 1:
+            continue
+        files = groups.pop(key)
+        out[beside[0]] = (
+            *out.get(beside[0], ()),
+            f"{key[1]} ({len(files)} W&B completions table(s), TRL log_completions): the same generations as "
+            f"{_common_directory(groups[beside[0]])}; read once, from there",
         )
     return out
 
@@ -287,6 +307,9 @@ def _territories(groups: dict[SetKey, list[Path]], directories: Sequence[Path]) 
         tops = [d for d in directories if _contains(d, root)]
         if not tops:
             continue  # named explicitly
+        if FORMATS[key[0]].self_contained:
+            out[key] = root
+            continue
         top = max(tops, key=lambda d: len(d.parts))
         others = [r for k, r in roots.items() if k != key]
         if any(_related(root, other) for other in others):
@@ -343,6 +366,9 @@ def _member_runs(
         run.scalar_logs.setdefault(kind, []).append(path)
         run.member = member.key
         run.aliases += (member.alias,)
+        tables = FORMATS[kind].tables
+        if run.rollout_kind is None and tables is not None and (table_kind := tables(path, member.key)) is not None:
+            run.rollout_kind, run.rollout_files = table_kind, [path]  # the completions table the trainer logged
     return runs
 
 

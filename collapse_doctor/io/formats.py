@@ -18,8 +18,10 @@ To add an input format:
    ``(path, *, start) -> EventFileRead`` (see ``io/scalar_logs.py``).
 2. Register one :class:`Format` below: its ``kind``, ``role``, ``recognise``, ``hint``, ``rank``, the
    ``open`` (rollouts) or ``read`` (scalars) function that calls the reader, and ``root``/``per_step``/
-   ``appends``/``precedence``/``pick``/``own_run``/``aliases`` where the defaults do not fit; a file that holds
-   several runs (a tracker's database) also lists them (``members``) and reads one (``read_member``). The reader
+   ``appends``/``precedence``/``pick``/``own_run``/``aliases``/``self_contained`` where the defaults do not fit; a
+   file that holds several runs (a tracker's database) also lists them (``members``) and reads one
+   (``read_member``), and where its runs may log their rollouts into it, names the rollout format that reads them
+   (``tables``; that format opens them with ``open_member``). The reader
    must not import this module (the registry imports the readers; tests/unit/test_layers.py forbids import
    cycles).
 3. Add a row to the table in docs/input-formats.md, and tests under tests/unit/io/.
@@ -39,17 +41,20 @@ from collapse_doctor.core.options import ReadOptions
 from collapse_doctor.io.logs import mlflow_store, trackio_db, wandb_log
 from collapse_doctor.io.logs.tensorboard import EventFileRead, read_event_file
 from collapse_doctor.io.logs.trainer_logs import looks_like_verl_file_log, read_verl_file_log, trainer_state_records
-from collapse_doctor.io.rollouts import nemo_rl, parquet_parts, trl, verl
+from collapse_doctor.io.rollouts import nemo_rl, parquet_parts, tracker_tables, trl, verl
 from collapse_doctor.io.rollouts.parquet import PARQUET_SUFFIXES, ParquetRun
 
 ROLLOUTS = "rollouts"
 SCALARS = "scalars"
+TRACKIO_TABLE = "trackio_table"
 CHECKPOINT_DIR = re.compile(r"checkpoint-(\d+)")
 
 FirstLine = Callable[[], str]
 """The file's first line, read on the first call (only formats that sniff the content call it)."""
 Opener = Callable[[Sequence[Path], ReadOptions, bool], ParquetRun]
 """``open(files, read, check_rewards_first)``: a rollout reader (``ParquetRun``'s interface) over the files."""
+MemberOpener = Callable[[Path, str, ReadOptions], ParquetRun]
+"""``open_member(path, key, read)``: the rollouts one of the runs a tracker database holds logged into it."""
 ScalarReader = Callable[[Path, int], EventFileRead]
 """``read(path, start)``: the scalars of one file from byte ``start`` on (0 unless the format ``appends``)."""
 
@@ -99,6 +104,8 @@ class Format:
     """Written one file per training step (``watch`` reduces each file once)."""
     open: Opener | None = None
     """Rollouts: opens the files of one run."""
+    open_member: MemberOpener | None = None
+    """Rollouts kept inside a tracker database (see ``tables``): opens what one of its runs logged."""
     read: ScalarReader | None = None
     """Scalars: reads one file."""
     appends: bool = False
@@ -121,12 +128,19 @@ class Format:
     (joined to a directory's one set of rollouts only when it is the directory's only tracker run) and
     ``read_member`` reads it; ``read`` reads a file that holds one run."""
     read_member: MemberReader | None = None
+    self_contained: bool = False
+    """Rollouts: the root is the whole run (a W&B run directory, which holds its own scalar log): discovery never
+    widens it to the directories above, so runs beside it stay runs of their own."""
+    tables: Callable[[Path, str], str | None] | None = None
+    """Scalars with ``members``: the rollout kind that reads the trainer's completions table a member logged into
+    the database (TRL's ``log_completions`` to Trackio), or ``None`` when it logged none. Discovery makes that the
+    member's rollouts when no rollout files join it."""
     aliases: Callable[[Path], tuple[str, ...]] = _no_aliases
     """Scalars: other names ``--run`` picks the file's run by (a W&B run's id and display name)."""
 
     def __post_init__(self) -> None:
-        if self.role == ROLLOUTS and self.open is None:
-            raise ValueError(f"rollout format {self.kind!r} needs `open`")
+        if self.role == ROLLOUTS and self.open is None and self.open_member is None:
+            raise ValueError(f"rollout format {self.kind!r} needs `open` (or `open_member`)")
         if self.role == SCALARS and self.read is None:
             raise ValueError(f"scalar format {self.kind!r} needs `read`")
         if (self.members is None) != (self.read_member is None):
@@ -214,6 +228,18 @@ def _open_verl(files: Sequence[Path], read: ReadOptions, check_rewards_first: bo
 
 def _open_nemo_rl(files: Sequence[Path], read: ReadOptions, check_rewards_first: bool) -> ParquetRun:
     return nemo_rl.open_nemo_rl(files, **read.reader_kwargs())
+
+
+def _open_wandb_tables(files: Sequence[Path], read: ReadOptions, check_rewards_first: bool) -> ParquetRun:
+    return tracker_tables.open_wandb_tables(files, **read.reader_kwargs())
+
+
+def _open_trackio_tables(path: Path, run: str, read: ReadOptions) -> ParquetRun:
+    return tracker_tables.open_trackio_tables(path, run, **read.reader_kwargs())
+
+
+def _trackio_tables(path: Path, run: str) -> str | None:
+    return TRACKIO_TABLE if tracker_tables.has_trackio_table(path, run) else None
 
 
 def _read_events(path: Path, start: int) -> EventFileRead:
@@ -376,6 +402,28 @@ register(
 
 register(
     Format(
+        kind="wandb_table",
+        role=ROLLOUTS,
+        recognise=lambda path, _: tracker_tables.is_wandb_table(path),
+        hint="TRL completions tables in W&B run directories (files/media/table/completions_*.table.json)",
+        rank=10,
+        root=tracker_tables.wandb_run_dir,
+        open=_open_wandb_tables,
+        self_contained=True,
+    )
+)
+register(
+    Format(
+        kind=TRACKIO_TABLE,
+        role=ROLLOUTS,
+        recognise=lambda path, _: False,  # inside a Trackio database: discovery finds it (Format.tables)
+        hint="TRL completions tables in Trackio databases",
+        rank=11,
+        open_member=_open_trackio_tables,
+    )
+)
+register(
+    Format(
         kind="wandb",
         role=SCALARS,
         recognise=lambda path, _: path.suffix == ".wandb" and bool(wandb_log.FILE_NAME.fullmatch(path.name)),
@@ -399,6 +447,7 @@ register(
         precedence=4,
         members=_trackio_members,
         read_member=trackio_db.read_trackio_run,
+        tables=_trackio_tables,
     )
 )
 register(

@@ -33,10 +33,13 @@ def open_rollouts(
     """
     if run.rollout_kind is None:
         return None
-    opener = FORMATS[run.rollout_kind].open
-    assert opener is not None  # every rollout format opens
+    fmt = FORMATS[run.rollout_kind]
     read = read or ReadOptions()
-    reader = opener(run.rollout_files, read, check_rewards_first)
+    if fmt.open_member is not None and run.member is not None:
+        reader = fmt.open_member(run.rollout_files[0], run.member, read)  # what the run logged into its database
+    else:
+        assert fmt.open is not None  # every other rollout format opens its files
+        reader = fmt.open(run.rollout_files, read, check_rewards_first)
     if read.max_completion_length is not None:
         reader.set_length_cap(read.max_completion_length)
     return reader

@@ -79,19 +79,24 @@ def _flatten(prefix: str, value: Any, out: dict[str, float]) -> None:
     out[prefix] = float(value)
 
 
+def _parsed(path: Path, run: str, row_id: int, blob: bytes | str) -> Any:
+    """One ``metrics`` row's JSON (stored as text, or as a BLOB by trackio 0.43)."""
+    text = blob.decode("utf-8", errors="replace") if isinstance(blob, bytes) else str(blob)
+    try:
+        return json_text.loads(text)
+    except ValueError as exc:
+        raise InputError(
+            f"{path}: metrics row {row_id} of run {run!r} is not JSON ({exc})",
+            hint="the database is damaged; copy it again",
+        ) from exc
+
+
 def _rows(path: Path, run: str) -> Iterator[tuple[int, dict[str, float]]]:
     with connect(path) as connection:
         _check(path, table_columns(connection))
         cursor = connection.execute("SELECT id, step, metrics FROM metrics WHERE run_name = ? ORDER BY id", (run,))
         for row_id, step, blob in cursor:
-            text = blob.decode("utf-8", errors="replace") if isinstance(blob, bytes) else str(blob)
-            try:
-                metrics = json_text.loads(text)
-            except ValueError as exc:
-                raise InputError(
-                    f"{path}: metrics row {row_id} of run {run!r} is not JSON ({exc})",
-                    hint="the database is damaged; copy it again",
-                ) from exc
+            metrics = _parsed(path, run, row_id, blob)
             values: dict[str, float] = {}
             if isinstance(metrics, dict):
                 _flatten("", metrics, values)
@@ -119,3 +124,54 @@ def read_trackio_db(path: str | Path, *, start: int = 0) -> EventFileRead:
             hint="scan the file (one result per run) and pick one with --run NAME",
         )
     return read_trackio_run(path, runs[0])
+
+
+TABLE_TYPE = "trackio.table"
+"""The ``_type`` of a table logged with ``trackio.Table`` (its rows in ``_value``, one object per row)."""
+_TABLE_ROWS = "SELECT id, metrics FROM metrics WHERE run_name = ? AND instr(metrics, ?) > 0 ORDER BY id"
+"""The rows that may hold a table (trackio 0.43 stores ``metrics`` as a BLOB, which LIKE does not match)."""
+
+
+def logged_tables(path: Path, run: str, key: str, *, first: bool = False) -> list[list[dict[str, Any]]]:
+    """Every table the run logged under ``key`` (TRL: ``completions``), in log order, each a list of row objects
+    with NaN and infinities as floats again (``first``: only the first). Rows that do not hold a table are not
+    parsed."""
+    out: list[list[dict[str, Any]]] = []
+    with connect(path) as connection:
+        _check(path, table_columns(connection))
+        for row_id, blob in connection.execute(_TABLE_ROWS, (run, TABLE_TYPE)):
+            metrics = _parsed(path, run, row_id, blob)
+            table = metrics.get(key) if isinstance(metrics, dict) else None
+            if not (
+                isinstance(table, dict) and table.get("_type") == TABLE_TYPE and isinstance(table.get("_value"), list)
+            ):
+                continue
+            out.append(
+                [
+                    {k: _SPECIAL.get(v, v) if isinstance(v, str) else v for k, v in row.items()}
+                    for row in table["_value"]
+                    if isinstance(row, dict)
+                ]
+            )
+            if first:
+                break
+    return out
+
+
+def run_config(path: Path, run: str) -> dict[str, Any]:
+    """The run's config (``trackio.init(config=...)``; transformers' callback passes every ``TrainingArguments``
+    field), ``{}`` when the database keeps none for it."""
+    with connect(path) as connection:
+        if "config" not in table_columns(connection).get("configs", set()):
+            return {}
+        row = connection.execute(
+            "SELECT config FROM configs WHERE run_name = ? ORDER BY id DESC LIMIT 1", (run,)
+        ).fetchone()
+    if row is None:
+        return {}
+    text = row[0].decode("utf-8", errors="replace") if isinstance(row[0], bytes) else str(row[0])
+    try:
+        config = json_text.loads(text)
+    except ValueError:
+        return {}
+    return config if isinstance(config, dict) else {}

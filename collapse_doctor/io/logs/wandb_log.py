@@ -97,6 +97,28 @@ def run_names(path: Path) -> tuple[str, ...]:
     return tuple(names)
 
 
+def run_config(path: Path) -> dict[str, Any]:
+    """The run's config (``wandb.config``: transformers' callback puts every ``TrainingArguments`` field there) as
+    the file's config records set it, later updates winning; ``{}`` when it holds none. Values that are not JSON
+    are left out."""
+    data = read_from(path, 0)
+    if data[: len(IDENT)] != IDENT:
+        raise _not_wandb(path)
+    pb = _record_module(path)
+    config: dict[str, Any] = {}
+    for _, _, payload in iter_records(path, data[HEADER.size :], HEADER.size):
+        record = pb.Record.FromString(payload)
+        kind = record.WhichOneof("record_type")
+        items = record.config.update if kind == "config" else record.run.config.update if kind == "run" else ()
+        for item in items:
+            key = "/".join(item.nested_key) if item.nested_key else item.key
+            try:
+                config[key] = json_text.loads(item.value_json)
+            except ValueError:
+                continue
+    return config
+
+
 def _corrupt(path: Path, at: int, what: str) -> InputError:
     return InputError(
         f"{path}: corrupt W&B record at byte {at} ({what})",

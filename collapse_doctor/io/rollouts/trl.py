@@ -52,7 +52,6 @@ def open_trl_completions(
 ) -> TableRun:
     """Read TRL completions tables into one canonical run."""
     tables = []
-    digests: dict[int, str] = {}
     ordered = sorted(files, key=lambda p: (int(m.group(1)) if (m := FILE_NAME.fullmatch(p.name)) else -1, p))
     with prefetch(ordered) as fetched:  # objects in storage: one GET each, concurrently, parsed as they arrive
         for path in ordered:
@@ -68,9 +67,32 @@ def open_trl_completions(
                 step = int(found.group(1)) if found else 0
                 table = table.append_column("step", pa.array(np.full(table.num_rows, step, dtype=np.int64)))
             tables.append(table)
-            digests.update(_step_digest(table))
+    return completions_run(
+        tables, label=files[0].parent, sources=files, reward_cols=reward_cols, group_size=group_size, weights=weights
+    )
+
+
+def completions_run(
+    tables: Sequence[pa.Table],
+    *,
+    label: Path,
+    sources: Sequence[Path],
+    reward_cols: Sequence[str] | None = None,
+    group_size: int | None = None,
+    weights: dict[str, float] | None = None,
+    stored_weights: dict[str, float] | None = None,
+    compare_advantages: bool = True,
+) -> TableRun:
+    """TRL's completions tables (one per logging step, each with a ``step`` column) as one canonical run.
+
+    The same table reaches a tracker too (W&B, Trackio: :mod:`collapse_doctor.io.rollouts.tracker_tables`), so both
+    read it here. ``stored_weights``: the run's ``reward_weights`` by reward column, where its config says them.
+    ``compare_advantages=False``: the ``advantage`` column holds a term no estimator can recompute from the rows
+    (TRL RLOO's KL penalty), so it is not read."""
+    digests: dict[int, str] = {}
+    for table in tables:
+        digests.update(_step_digest(table))
     table = pa.concat_tables(tables, promote_options="permissive")
-    label = files[0].parent
     if reward_cols:
         missing = [c for c in reward_cols if c not in table.column_names]
         if missing:
@@ -120,9 +142,17 @@ def open_trl_completions(
         columns["prompt"] = pa.array(prompts)
     if "completion" in table.column_names:
         columns["completion"] = pa.array(_text(table.column("completion"), null=None))
-    if "advantage" in table.column_names and _numeric(table.schema.field("advantage").type):
+    if compare_advantages and "advantage" in table.column_names and _numeric(table.schema.field("advantage").type):
         columns["advantage"] = pc.cast(table.column("advantage"), pa.float64())
-    run = TableRun(pa.table(columns), label=label, sources=files, group_size=group_size, weights=weights)
+    stored = {name: stored_weights[name] for name in rewards if name in stored_weights} if stored_weights else None
+    run = TableRun(
+        pa.table(columns),
+        label=label,
+        sources=sources,
+        group_size=group_size,
+        weights=weights,
+        stored_weights=stored if stored and len(stored) == len(rewards) else None,
+    )
     run.step_digests = digests
     return run
 

@@ -87,6 +87,43 @@ def _verl_file_log(root: Path) -> Path:
     return _jsonl(root / "metrics.jsonl", [{"step": 1, "data": {"critic/score/mean": 0.5}}])
 
 
+def _completions_rows() -> list[dict[str, object]]:
+    """TRL's completions table of one step: 2 prompts x 4 completions (tests/e2e/test_tracker_tables.py has the
+    tables TRL itself logged through wandb and trackio)."""
+    return [
+        {"step": 1, "prompt": f"q{i // 4}", "completion": f"a{i}", "format_reward": float(i % 2), "advantage": 0.0}
+        for i in range(8)
+    ]
+
+
+def _wandb_table(root: Path) -> Path:
+    """W&B's layout of a logged table: ``{"columns": [...], "data": [[...], ...]}`` under files/media/table/."""
+    path = root / "wandb" / "offline-run-20261205_000000-abc123" / "files" / "media" / "table"
+    path.mkdir(parents=True)
+    rows = _completions_rows()
+    columns = list(rows[0])
+    table = {"columns": columns, "data": [[row[c] for c in columns] for row in rows]}
+    (path / "completions_3_0f1e2d.table.json").write_text(json.dumps(table))
+    return path / "completions_3_0f1e2d.table.json"
+
+
+def _trackio_table(root: Path) -> Path:
+    """Trackio's schema (0.43): one ``metrics`` row per log call, a table as ``{"_type": "trackio.table",
+    "_value": [row objects]}``."""
+    import sqlite3
+
+    path = root / "project.db"
+    with sqlite3.connect(path) as db:
+        db.execute(
+            "CREATE TABLE metrics (id INTEGER PRIMARY KEY, run_id TEXT, timestamp TEXT, run_name TEXT, "
+            "step INTEGER, metrics TEXT)"
+        )
+        table = {"completions": {"_type": "trackio.table", "_value": _completions_rows()}}
+        db.execute("INSERT INTO metrics VALUES (1, 'r', 't', 'run', 1, ?)", (json.dumps({"train/kl": 0.1}),))
+        db.execute("INSERT INTO metrics VALUES (2, 'r', 't', 'run', 2, ?)", (json.dumps(table).encode(),))
+    return path
+
+
 WRITERS: dict[str, Callable[[Path], Path]] = {
     "parquet": _parquet,
     "trl_completions": _trl,
@@ -95,6 +132,8 @@ WRITERS: dict[str, Callable[[Path], Path]] = {
     "events": _events,
     "trainer_state": _trainer_state,
     "verl_file_log": _verl_file_log,
+    "wandb_table": _wandb_table,
+    "trackio_table": _trackio_table,
     **{kind: partial(one_point_file, kind) for kind in TRACKER_KINDS},
 }
 """A small file of each built-in format, as its trainer writes it."""
@@ -107,8 +146,14 @@ def test_every_format_has_a_writer_here() -> None:
 @pytest.mark.parametrize("kind", sorted(WRITERS))
 def test_every_format_is_recognised_and_read_by_its_entry(tmp_path: Path, kind: str) -> None:
     path = WRITERS[kind](tmp_path)
-    assert classify(path) == kind
     fmt = FORMATS[kind]
+    if fmt.open_member is not None:  # inside a tracker database: found by discovery, read per run
+        [run] = discover_runs([path])
+        assert classify(path) == "trackio" and run.rollout_kind == kind and run.member == "run"
+        reader = open_rollouts(run, ReadOptions())
+        assert reader is not None and reader.num_rows == 8 and next(reader.iter_steps()).num_groups == 2
+        return
+    assert classify(path) == kind
     if fmt.role == ROLLOUTS:
         assert fmt.open is not None
         reader = fmt.open([path], ReadOptions(), True)
@@ -134,7 +179,9 @@ def test_the_hint_names_every_format_rollouts_first() -> None:
         == formats_hint()
         == (
             "collapse-doctor reads Parquet rollout tables, TRL completions/completions_<step>.parquet, verl "
-            "<rollout_data_dir>/<step>.jsonl, NeMo-RL train_data_step<N>.jsonl, TensorBoard event files, "
+            "<rollout_data_dir>/<step>.jsonl, NeMo-RL train_data_step<N>.jsonl, TRL completions tables in W&B run "
+            "directories (files/media/table/completions_*.table.json), TRL completions tables in Trackio "
+            "databases, TensorBoard event files, "
             "W&B run files (wandb/run-*/run-<id>.wandb), Trackio project databases (<project>.db), MLflow SQLite "
             "stores (mlflow.db), MLflow file stores (mlruns/), "
             "trainer_state.json and verl file-logger JSONL (docs/input-formats.md); rename rollout dumps to those "
@@ -147,7 +194,7 @@ def test_the_hint_names_every_format_rollouts_first() -> None:
 def test_kind_sets_come_from_the_registry() -> None:
     by_rank = sorted(FORMATS.values(), key=lambda f: f.rank)
     assert tuple(f.kind for f in by_rank if f.role == ROLLOUTS) == ROLLOUT_KINDS
-    assert ROLLOUT_KINDS == ("parquet", "trl_completions", "verl_rollouts", "nemo_rl")
+    assert ROLLOUT_KINDS == ("parquet", "trl_completions", "verl_rollouts", "nemo_rl", "wandb_table", "trackio_table")
     assert tuple(f.kind for f in by_rank if f.per_step) == PER_STEP_KINDS
     assert PER_STEP_KINDS == ("trl_completions", "verl_rollouts", "nemo_rl")
     assert all(is_per_step(kind) == (kind in PER_STEP_KINDS) for kind in FORMATS)
