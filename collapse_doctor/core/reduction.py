@@ -152,6 +152,9 @@ class RunReduction:
     logged_advantage: bool
     """Whether the rollouts carry the advantage the trainer used."""
     dynamic_weight_channels: tuple[str, ...] = ()
+    declared_algorithm: tuple[str, str] | None = None
+    """``(estimator, how it is known)`` as the trainer's own files declare it (the callback's Parquet metadata, a
+    tracker's config), for a run whose logged advantages cannot decide."""
     step_labels: Mapping[int, str] = field(default_factory=dict)
     """``{step: aggregation}`` from the rollouts' ``aggregation`` column (a hybrid switch); empty without one."""
     step_active: Mapping[int, str] = field(default_factory=dict)
@@ -212,6 +215,7 @@ def merge_reductions(parts: Sequence[RunReduction]) -> RunReduction | None:
         notes=notes,
         logged_advantage=all(p.logged_advantage for p in parts),
         dynamic_weight_channels=tuple(dict.fromkeys(c for p in parts for c in p.dynamic_weight_channels)),
+        declared_algorithm=next((p.declared_algorithm for p in parts if p.declared_algorithm is not None), None),
         step_labels={step: label for p in parts for step, label in p.step_labels.items()},
         step_active={step: active for p in parts for step, active in p.step_active.items()},
         ground_truth=first.ground_truth,

@@ -30,6 +30,7 @@ import pyarrow as pa
 
 from collapse_doctor.core import json_text
 from collapse_doctor.core.errors import SchemaError, UsageError
+from collapse_doctor.core.estimators import ALGORITHMS
 from collapse_doctor.core.series import CUT_AT_CAP, CUT_BY_FLAG
 
 STEP = "step"
@@ -51,6 +52,9 @@ TRL callback writes it; a trainer's own flag under this name is read the same wa
 REWARD_PREFIXES: tuple[str, ...] = ("reward/", "reward_", "rewards.")
 REWARD_STRUCT = "rewards"
 WEIGHTS_METADATA_KEY = "collapse_doctor.weights"
+ALGO_METADATA_KEY = "collapse_doctor.retrain.algo"
+"""The aggregation or estimator the writer trained with (``CollapseDoctorCallback``, ``retrain``), in a Parquet
+file's key-value metadata: :func:`metadata_algorithm`."""
 GROUND_TRUTH_METADATA_KEY = "collapse_doctor.ground_truth"
 DYNAMIC_WEIGHTS_SOURCE = "dynamic channel weights"
 """How a run summary's ``algorithm_source`` starts when the rollouts carry ``weight/<channel>`` columns."""
@@ -379,6 +383,23 @@ def parse_weights(text: str | None) -> dict[str, float]:
             )
         weights[name.strip()] = number
     return weights
+
+
+def metadata_algorithm(metadata: Mapping[bytes, bytes] | None) -> tuple[str, str] | None:
+    """``(algorithm, how it is known)`` where a Parquet file's metadata names an estimator of the catalogue (the
+    callback under TRL's RLOOTrainer writes ``rloo``), else ``None``. A declaration, used only where no logged
+    advantage can decide (:func:`collapse_doctor.judge.algorithm.detect_algorithm`).
+
+    >>> metadata_algorithm({ALGO_METADATA_KEY.encode(): b"rloo"})
+    ('rloo', "the rollouts' metadata (collapse_doctor.retrain.algo: rloo), with no logged advantages to check it")
+    >>> metadata_algorithm({ALGO_METADATA_KEY.encode(): b"gdpo-dynamic"}) is None
+    True
+    """
+    raw = (metadata or {}).get(ALGO_METADATA_KEY.encode())
+    name = raw.decode("utf-8", errors="replace") if raw is not None else None
+    if name not in ALGORITHMS:
+        return None
+    return name, f"the rollouts' metadata ({ALGO_METADATA_KEY}: {name}), with no logged advantages to check it"
 
 
 def metadata_weights(metadata: Mapping[bytes, bytes] | None, *, source: str) -> dict[str, float]:

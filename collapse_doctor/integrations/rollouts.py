@@ -30,7 +30,7 @@ import torch
 
 from collapse_doctor.core.estimators import ALGORITHMS, family_of
 from collapse_doctor.core.reduction import RunReduction, merge_reductions
-from collapse_doctor.core.schema import WEIGHTS_METADATA_KEY, channel_column
+from collapse_doctor.core.schema import ALGO_METADATA_KEY, WEIGHTS_METADATA_KEY, channel_column
 from collapse_doctor.core.series import RunSeries
 from collapse_doctor.engine.reduce import empty_series
 from collapse_doctor.integrations.events import ScalarEventWriter
@@ -39,7 +39,6 @@ from collapse_doctor.pipeline.scan import reduction_of
 
 ROLLOUTS_DIR = "rollouts"
 TENSORBOARD_DIR = "tensorboard"
-ALGO_METADATA_KEY = "collapse_doctor.retrain.algo"
 SCALAR_PREFIX = "collapse_doctor/"
 UNCHECKED_ADVANTAGE = "advantage_with_kl"
 """Where advantages go that no estimator can recompute from the rows (a KL penalty in the reward): kept, not

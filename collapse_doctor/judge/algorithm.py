@@ -21,14 +21,26 @@ SCALE_OF = {"grpo": "group", "grpo_batch": "batch", "grpo_none": "none"}
 """The GRPO ``--scale`` of each GRPO recomputation."""
 
 
-def detect_algorithm(series: RunSeries, algo: str, dynamic_weight_channels: Sequence[str] = ()) -> tuple[str, str]:
-    """(algorithm, how it was decided): ``--algo``, else the logged advantages, else dynamic-weight columns.
+def detect_algorithm(
+    series: RunSeries,
+    algo: str,
+    dynamic_weight_channels: Sequence[str] = (),
+    declared: tuple[str, str] | None = None,
+) -> tuple[str, str]:
+    """(algorithm, how it was decided): ``--algo``, else the logged advantages, else dynamic-weight columns, else
+    what the trainer's own files declare (``declared``: a run without logged advantages to compare, such as TRL's
+    RLOOTrainer with a KL penalty in them). A declaration never overrules the logged advantages: where they match
+    no recomputation, that is CD202's to say.
 
     >>> from collapse_doctor.core.series import RunSeries
     >>> detect_algorithm(RunSeries(np.arange(3), ("a",), []), "auto", ("a",))
     ('gdpo', 'dynamic channel weights: weight/ columns for a')
+    >>> detect_algorithm(RunSeries(np.arange(3), ("a",), []), "auto", declared=("rloo", "the run's config"))
+    ('rloo', "the run's config")
     """
     algorithm, source = _from_logged(series, algo)
+    if algorithm == "unknown" and declared is not None and "logged_mae_grpo" not in series:
+        return declared
     if algorithm == "unknown" and dynamic_weight_channels:
         # gdpo-dynamic (collapse-doctor retrain) logs per-step weights; the recomputation uses fixed ones.
         algorithm = "gdpo"

@@ -373,6 +373,7 @@ def reduction_of(reader: Any, series: RunSeries, device: str) -> RunReduction:
         notes=reader.notes,
         logged_advantage=reader.columns.advantage is not None,
         dynamic_weight_channels=tuple(reader.dynamic_weight_channels),
+        declared_algorithm=getattr(reader, "declared_algorithm", None),
         step_labels=step_aggregation(reader) or {},
         step_active=(reader.step_labels(ACTIVE_CHANNELS) if hasattr(reader, "step_labels") else None) or {},
         ground_truth=reader.ground_truth,
@@ -420,7 +421,9 @@ def diagnose_reduction(
         reduction, active_notes = with_inactive_channels_uncompared(reduction)
         reduction = replace(reduction, series=without_uncompared(reduction.series))
         reuse_notes += active_notes
-        algorithm = detect_algorithm(reduction.series, options.algo, reduction.dynamic_weight_channels)
+        algorithm = detect_algorithm(
+            reduction.series, options.algo, reduction.dynamic_weight_channels, reduction.declared_algorithm
+        )
         reduction, algorithm, notes = _with_inferred_weights(reduction, algorithm, options, reduce_with)
         algorithm, phases, phase_notes = aggregation_phases(
             reduction.step_labels or None, options.algo, algorithm, ambiguous=matches_both(reduction.series)
@@ -580,7 +583,7 @@ def _with_inferred_weights(
         )
         return reduction, algorithm, (note,)
     again = reduce_with(fit.weights)
-    detected = detect_algorithm(again.series, options.algo, again.dynamic_weight_channels)
+    detected = detect_algorithm(again.series, options.algo, again.dynamic_weight_channels, again.declared_algorithm)
     if detected[0] == "unknown":  # right up to scale only (scale_rewards="none"): keep the configured weights
         note = (
             f"the logged advantages fit channel weights {shown} under {fit.algorithm.upper()} up to scale, but the "

@@ -13,7 +13,8 @@ math, before running the tool):
   findings, algorithm, weights and every per-step series computed from rewards and advantages (the table has no
   token lengths, so series of lengths and of the token-weighted estimators differ, as they should).
 - RLOO, ``beta=0.05`` (TRL's default): the advantages hold ``-beta * KL``, which the rows lack: not compared, said
-  once, no CD202; the run is judged as the callback's rollouts of it are.
+  once, no CD202; with nothing to fingerprint the run is named ``rloo`` from its config (the callback's rollouts
+  from their metadata), and it is judged as the callback's rollouts of it are.
 - GRPO writes ``completions/*.parquet`` as well as the W&B table: with wandb's directory in the output dir, the
   output dir is one run, read from the Parquet, the tables set aside with why; the W&B run directory alone is the
   same rollouts, with the config's weights.
@@ -116,6 +117,7 @@ def test_rloo_with_a_kl_penalty_is_not_compared_and_raises_no_false_alarm(rloo_k
         assert not data["run"]["logged_advantage"]
         said = [w for w in data["run"]["warnings"] if "KL penalty" in w]
         assert len(said) == 1 and "beta=0.05" in said[0]
+        assert data["run"]["algorithm"] == "rloo" and "config" in data["run"]["algorithm_source"]
         _same_run(callback, data)
 
 

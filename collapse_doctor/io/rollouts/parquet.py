@@ -48,6 +48,7 @@ from collapse_doctor.core.schema import (
     check_same_layout,
     discover_columns,
     discover_reward_name,
+    metadata_algorithm,
     metadata_weights,
     resolve_weights,
     unified_types,
@@ -388,6 +389,8 @@ class ParquetRun:
         self.weights = resolve_weights(self.channels, weights or {}, stored)
         self.weights_source = weights_source(self.channels, weights or {}, stored)
         """Where :attr:`weights` came from: "--weights", "file metadata" or "default 1.0" (joined with " + ")."""
+        self.declared_algorithm = metadata_algorithm(self.metadata)
+        """The estimator the writer declared (see :func:`~collapse_doctor.core.schema.metadata_algorithm`)."""
         self.dynamic_weight_channels = weight_channels(first.schema_arrow.names)
         """Channels whose per-row weights the rollouts carry (``weight/<channel>`` columns of the first file)."""
         self.notes = IngestNotes(files=len(self.files))

@@ -106,7 +106,8 @@ class TrainerSettings:
     """What the run's config says of the rows (see the module docstring)."""
 
     trainer: str | None
-    """``rloo``, ``grpo``, or ``None`` when the config does not say (or there is none)."""
+    """``rloo`` (RLOOTrainer), ``grpo`` or ``gdpo`` (GRPOTrainer and its ``multi_objective_aggregation``), or
+    ``None`` when the config does not say (or there is none)."""
     beta: float | None
     reward_weights: tuple[float, ...] | None
     unique_prompts: bool
@@ -121,6 +122,8 @@ class TrainerSettings:
         True
         """
         trainer = "rloo" if "normalize_advantages" in config else "grpo" if "scale_rewards" in config else None
+        if trainer == "grpo" and config.get("multi_objective_aggregation") == "normalize_then_sum":
+            trainer = "gdpo"
         beta = config.get("beta")
         weights = config.get("reward_weights")
         return cls(
@@ -264,6 +267,12 @@ def _run(
     )
     if why is not None and any("advantage" in t.column_names for t in tables):
         run.notes.source_notes.append(why)
+    if settings.trainer is not None:
+        run.declared_algorithm = (
+            settings.trainer,
+            f"the run's config (TRL {'RLOOTrainer' if settings.trainer == 'rloo' else 'GRPOTrainer'}), with no "
+            "logged advantages to check it",
+        )
     return run
 
 

@@ -8,7 +8,8 @@ What a correct diagnosis says, and why:
 - ``normalize_advantages=True``: the same advantages z-scored over the batch: ``rloo`` again, variant
   ``RLOO (TRL, normalize_advantages)``.
 - beta != 0 (TRL's default 0.05): TRL subtracts ``beta * KL`` per completion from the reward first. The rows do not
-  carry the KL, so nothing can check those advantages: they are kept as ``advantage_with_kl``, CD202 is skipped
+  carry the KL, so nothing can check those advantages: they are kept as ``advantage_with_kl``, CD202 is skipped,
+  the run is named ``rloo`` from the metadata the callback writes (nothing to fingerprint)
   (never a mismatch warning on a healthy run) and the callback says why once.
 - A GRPO run with ``scale_rewards="none"`` (``t_i - group mean``) differs from RLOO by the factor n/(n-1): each is
   named for its own estimator, never the other's (the tolerance is absolute and far below that factor's effect).
@@ -169,6 +170,8 @@ def test_rloo_with_a_kl_penalty_is_not_checked_and_not_flagged(tmp_path: Path) -
     scanned = run.scan()
     assert "CD202" not in {f.code for f in scanned.findings}
     assert "CD202" in scanned.skipped
+    # nothing to fingerprint: the run is RLOO as the callback declared it in the rollouts' metadata
+    assert scanned.run.algorithm == "rloo" and "metadata" in scanned.run.algorithm_source
     said = [line for line in run.printed if "beta=0.05" in line]
     assert len(said) == 1 and "advantage_with_kl" in said[0] and "not checked" in said[0]
     live = run.callback.diagnosis
