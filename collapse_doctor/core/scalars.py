@@ -19,6 +19,8 @@ from typing import Any
 
 import numpy as np
 
+from collapse_doctor.core.fold import Buckets
+
 # Canonical scalar names.
 REWARD = "reward"
 REWARD_STD = "reward_std"
@@ -116,10 +118,23 @@ JSON_MAX_POINTS = 10_000
 
 @dataclass(frozen=True)
 class TagPoints:
-    """One tag's points, sorted by step, one point per step."""
+    """One tag's points, sorted by step, one point per step; of a series too long to keep point for point
+    (:mod:`collapse_doctor.core.fold`), one point per step bucket: its first step and the mean of its values."""
 
     steps: np.ndarray
     values: np.ndarray
+    buckets: Buckets | None = None
+    """Set when the series was folded: each bucket's counts, minimum and maximum (``values`` are the means)."""
+
+    @property
+    def logged(self) -> int:
+        """Points the series logged (a folded series: more than its buckets)."""
+        return len(self.steps) if self.buckets is None else self.buckets.total
+
+    def select(self, keep: np.ndarray) -> TagPoints:
+        """The points (buckets) where ``keep`` is true."""
+        buckets = None if self.buckets is None else self.buckets.select(keep)
+        return TagPoints(self.steps[keep], self.values[keep], buckets)
 
 
 @dataclass
@@ -142,9 +157,8 @@ class ScalarSeries:
         """The points of steps ``first..last`` (inclusive) of every series."""
         series = {}
         for name, points in self.series.items():
-            keep = (points.steps >= first) & (points.steps <= last)
-            series[name] = TagPoints(steps=points.steps[keep], values=points.values[keep])
-        return replace(self, series=series, points=sum(len(p.steps) for p in series.values()))
+            series[name] = points.select((points.steps >= first) & (points.steps <= last))
+        return replace(self, series=series, points=sum(p.logged for p in series.values()))
 
     def get(self, name: str) -> TagPoints | None:
         return self.series.get(name)
@@ -156,21 +170,38 @@ class ScalarSeries:
         return tuple(sorted(names))
 
     def steps(self) -> np.ndarray:
-        """Every step at which some canonical series has a point."""
+        """Every step at which some canonical series has a point (of a folded series: its buckets' first steps)."""
         parts = [p.steps for p in self.series.values()]
         return np.unique(np.concatenate(parts)) if parts else np.zeros(0, dtype=np.int64)
+
+    def step_span(self) -> tuple[int, int | None, int | None]:
+        """``(steps, first, last)``: how many steps some series logged, the first and the last. With a folded
+        series the count is the larger of the other series' distinct steps and the steps each folded one logged
+        (exact when the tags are logged at the same steps, as trainers do)."""
+        exact = [p.steps for p in self.series.values() if p.buckets is None]
+        folded = [p for p in self.series.values() if p.buckets is not None and len(p.steps)]
+        steps = np.unique(np.concatenate(exact)) if exact else np.zeros(0, dtype=np.int64)
+        firsts = [int(steps[0])] if len(steps) else []
+        lasts = [int(steps[-1])] if len(steps) else []
+        for p in folded:
+            assert p.buckets is not None
+            firsts.append(int(p.steps[0]))
+            lasts.append(int(p.buckets.last_steps[-1]))
+        count = max([len(steps)] + [p.logged for p in folded])
+        return count, (min(firsts) if firsts else None), (max(lasts) if lasts else None)
 
     def to_json(self, max_points: int = JSON_MAX_POINTS) -> dict[str, Any]:
         """``{"framework", "points", "tags", "series": {name: {"points", "step", "value"}}}``, NaN as null.
 
         A series longer than ``max_points`` keeps the lowest and highest point of each of ``max_points / 2``
-        equal slices of its steps (spikes survive, the plot looks the same); ``points`` is its full length.
+        equal slices of its steps (spikes survive, the plot looks the same); ``points`` is its full length (of a
+        folded series, the points it logged; ``step`` and ``value`` are then its buckets' first steps and means).
         """
         out: dict[str, Any] = {}
         for name, p in self.series.items():
             keep = decimate(p.values, max_points)
             out[name] = {
-                "points": len(p.steps),
+                "points": p.logged,
                 "step": [int(s) for s in p.steps[keep].tolist()],
                 "value": [None if not np.isfinite(v) else float(f"{v:.6g}") for v in p.values[keep].tolist()],
             }

@@ -68,16 +68,16 @@ def scalar_only_summary(
     device: str,
 ) -> RunSummary:
     """The summary of a run that logged scalars only: its channels come from the per-channel reward series."""
-    steps = scalars.steps() if scalars is not None else np.zeros(0, dtype=np.int64)
+    steps, first, last = scalars.step_span() if scalars is not None else (0, None, None)
     return RunSummary(
         sources=tuple(str(f) for f in files),
-        steps=len(steps),
+        steps=steps,
         rollouts=0,
         groups=0,
         group_size_min=0,
         group_size_max=0,
-        first_step=int(steps[0]) if len(steps) else None,
-        last_step=int(steps[-1]) if len(steps) else None,
+        first_step=first,
+        last_step=last,
         channels=scalars.channels if scalars is not None else (),
         weights=dict(weights),
         algorithm=algorithm,

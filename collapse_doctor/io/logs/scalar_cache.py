@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from collapse_doctor.io.formats import scalar_format
-from collapse_doctor.io.logs.tensorboard import EventFileRead, ScalarLog, merge_reads
+from collapse_doctor.io.logs.tensorboard import EventFileRead, ScalarLog, merge_reads, read_event_file
 
 
 class ScalarCache:
@@ -48,6 +48,10 @@ class ScalarCache:
                 done.clear()
                 offset = 0
             if size > offset or not done:
+                if done and done[-1].state is not None:  # an event file: its tags' state goes on (long tags fold)
+                    done[-1] = read_event_file(path, start=offset, resume=done[-1])
+                    parts.extend(done)
+                    continue
                 part = fmt.read(path, offset)
                 if part.records or not done:
                     done.append(part)

@@ -34,7 +34,9 @@ from typing import Any
 
 import numpy as np
 
+from collapse_doctor.core import fold as folding
 from collapse_doctor.core.errors import InputError
+from collapse_doctor.core.fold import SeriesFold, fold_series
 from collapse_doctor.core.scalars import TagPoints
 from collapse_doctor.io.logs.crc32c import (
     NATIVE_CRC,
@@ -93,6 +95,9 @@ class TagColumn:
     last_wall: float
     walls: np.ndarray | None = None
     """Every point's wall time, when kept (``read_event_file(keep_walls=True)``, the other formats' reads)."""
+    fold: SeriesFold | None = None
+    """The tag's points folded into step buckets (more than :data:`~collapse_doctor.core.fold.FOLD_CAP` of them;
+    ``steps`` and ``values`` are then empty)."""
 
 
 def _empty(dtype: type) -> np.ndarray:
@@ -128,6 +133,9 @@ class EventFileRead:
     """Points dropped within this read by its own SessionLog START (the column form)."""
     decoded: int = 0
     """Points read, before those purges (the column form)."""
+    state: Any = field(default=None, repr=False, compare=False)
+    """The TensorBoard reader's per-tag state, which a read from :attr:`end` on continues (``read_event_file(...,
+    resume=)``): a long tag's fold goes on where it stopped, so a file read in parts is folded as if read at once."""
 
     @property
     def points(self) -> int:
@@ -354,7 +362,7 @@ class _Source:
 class _TagParts:
     """One tag's points of a read, gathered block by block."""
 
-    __slots__ = ("count", "first_wall", "last_wall", "steps", "values", "walls", "walls_sorted")
+    __slots__ = ("count", "first_wall", "fold", "last_wall", "steps", "values", "walls", "walls_sorted")
 
     def __init__(self) -> None:
         self.steps: list[np.ndarray] = []
@@ -363,12 +371,17 @@ class _TagParts:
         self.count = 0
         self.walls_sorted = True
         self.first_wall = self.last_wall = float("nan")
+        self.fold: SeriesFold | None = None
+        """Set once the tag has more than ``FOLD_CAP`` points: they are folded into step buckets as they come."""
 
     def add(self, steps: np.ndarray, values: np.ndarray, walls: np.ndarray, keep_walls: bool) -> None:
-        self.steps.append(steps)
-        self.values.append(values)
-        if keep_walls:
-            self.walls.append(walls)
+        if self.fold is not None:
+            self.fold.add(steps, values)
+        else:
+            self.steps.append(steps)
+            self.values.append(values)
+            if keep_walls:
+                self.walls.append(walls)
         if not self.count:
             self.first_wall = float(walls[0])
         elif not walls[0] >= self.last_wall:  # NaN too: such a tag's duplicates are resolved from its wall times
@@ -377,9 +390,15 @@ class _TagParts:
             self.walls_sorted = False
         self.last_wall = float(walls[-1])
         self.count += len(steps)
+        if self.fold is None and self.count > folding.FOLD_CAP:  # too long to keep point for point: fold from here on
+            self.fold = SeriesFold()
+            self.fold.add(np.concatenate(self.steps), np.concatenate(self.values, dtype=np.float64))
+            self.steps, self.values, self.walls = [], [], []
 
     def purge(self, step: int) -> int:
         """Drop the points at ``step`` or later (a SessionLog START): how many."""
+        if self.fold is not None:
+            return self.fold.truncate(step)
         dropped = 0
         for k, piece in enumerate(self.steps):
             keep = piece < step
@@ -436,7 +455,13 @@ class _Columns:
         joined: dict[tuple[int, ...], np.ndarray] = {}
         alike: dict[tuple[int, int, int], list[np.ndarray]] = {}
         out: dict[str, TagColumn] = {}
+        replaced = []  # the pieces joined stay alive until the loop ends: their ids key ``joined``
         for name, parts in self.tags.items():
+            if parts.fold is not None:
+                empty = np.zeros(0, np.int64)
+                out[name] = TagColumn(empty, empty.astype(np.float64), True, parts.first_wall, parts.last_wall)
+                out[name].fold = parts.fold.copy()
+                continue
             key = tuple(id(piece) for piece in parts.steps)  # the pieces live until the end of this loop
             steps = joined.get(key)
             if steps is None:
@@ -452,8 +477,11 @@ class _Columns:
                     steps.flags.writeable = False
                 joined[key] = steps
             values = np.concatenate(parts.values, dtype=np.float64)
-            parts.values = []
+            replaced.append(parts.steps)
+            parts.steps, parts.values = [steps], [values]  # joined once: a resumed read appends to them
             walls = np.concatenate(parts.walls) if self.keep_walls else None
+            if walls is not None:
+                parts.walls = [walls]
             out[name] = TagColumn(steps, values, parts.walls_sorted, parts.first_wall, parts.last_wall, walls)
         return out
 
@@ -511,34 +539,50 @@ def _parse_other(
 
 
 def read_event_file(
-    path: str | Path, *, start: int = 0, stop: int | None = None, keep_walls: bool = False
+    path: str | Path,
+    *,
+    start: int = 0,
+    stop: int | None = None,
+    keep_walls: bool = False,
+    resume: EventFileRead | None = None,
 ) -> EventFileRead:
     """Read the scalars of one event file from byte ``start`` on (0: the whole file), up to ``stop`` (the end).
 
     The file is read :data:`CHUNK_BYTES` at a time into one buffer; each block's records are walked, checked and
-    decoded, and their points added to per-tag typed arrays. Wall times are kept only with ``keep_walls`` (what
-    :func:`merge_reads` asks for when a tag's duplicates cannot be resolved without them).
+    decoded, and their points added to per-tag typed arrays (a tag with more than
+    :data:`~collapse_doctor.core.fold.FOLD_CAP` points folded into step buckets as it is read). Wall times are kept
+    only with ``keep_walls`` (what :func:`merge_reads` asks for when a tag's duplicates cannot be resolved without
+    them). ``resume``, an earlier read of the same file that ended at ``start``, is continued: the result covers
+    both (``ScalarCache``), its state is taken over (do not use ``resume`` after).
     """
     from tensorboard.compat.proto.event_pb2 import Event
 
     path = input_path(path)  # a RemotePath stays one
     source = _Source(path, start, stop)
     try:
-        return _read_blocks(path, start, source, keep_walls, Event.FromString)
+        return _read_blocks(path, start, source, keep_walls, Event.FromString, resume)
     finally:
         source.close()
 
 
 def _read_blocks(
-    path: Path, start: int, source: _Source, keep_walls: bool, parse: Callable[[memoryview], Any]
+    path: Path,
+    start: int,
+    source: _Source,
+    keep_walls: bool,
+    parse: Callable[[memoryview], Any],
+    resume: EventFileRead | None = None,
 ) -> EventFileRead:
     capacity = min(CHUNK_BYTES, max(source.size, _HEADER))
     buf = np.zeros(capacity + _ROOM, dtype=np.uint8)
-    columns = _Columns(keep_walls)
+    columns = _Columns(keep_walls) if resume is None else resume.state
     filled = 0  # bytes in buf: an incomplete record carried over, then what was read after it
     base = start  # the file offset of buf[0]
     records = decoded = purged = 0
     session_starts: list[tuple[int, int]] = []
+    if resume is not None:
+        records, decoded, purged = resume.records, resume.decoded, resume.purged
+        session_starts = list(resume.session_starts)
     pool = None
     try:
         while True:
@@ -586,7 +630,7 @@ def _read_blocks(
     tags = columns.finish()
     return EventFileRead(
         path=path,
-        start=start,
+        start=start if resume is None else resume.start,
         end=base + done,
         records=records,
         truncated=rest > 0,
@@ -595,6 +639,7 @@ def _read_blocks(
         columns=tags,
         purged=purged,
         decoded=decoded,
+        state=columns,
     )
 
 
@@ -655,15 +700,15 @@ def _block(
             )
     points = len(steps)
     purged = 0
-    if session_starts:
-        # A START at record r purges what was logged before it at its step or later: the earlier blocks' points,
-        # and this block's before r.
-        keep = np.ones(points, dtype=bool)
-        for at, step in session_starts:
-            keep &= ~((record < at) & (steps >= step))
-        purged = columns.purge(min(step for _, step in session_starts)) + int(points - keep.sum())
-        tag_ids, steps, values, walls = tag_ids[keep], steps[keep], values[keep], walls[keep]
-    columns.add(names, tag_ids, steps, values, walls)
+    lo = 0
+    # A START at record r purges what was logged before it at its step or later: the points before r are added,
+    # then purged, then the rest come (so a long tag's fold sees the same sequence however the file is cut).
+    for at, step in sorted(session_starts):
+        hi = int(np.searchsorted(record, at))
+        columns.add(names, tag_ids[lo:hi], steps[lo:hi], values[lo:hi], walls[lo:hi])
+        purged += columns.purge(step)
+        lo = hi
+    columns.add(names, tag_ids[lo:], steps[lo:], values[lo:], walls[lo:])
     return points, purged, [(first_record + at, step) for at, step in session_starts]
 
 
@@ -681,6 +726,9 @@ class ScalarLog:
     truncated: tuple[Path, ...] = ()
     duplicate_tags: dict[str, int] = field(default_factory=dict)
     """``{tag: points dropped as duplicates}``."""
+    folded: dict[str, tuple[int, int, int]] = field(default_factory=dict)
+    """``{tag: (points, buckets, steps per bucket)}`` of the tags read in step buckets
+    (:mod:`collapse_doctor.core.fold`)."""
 
     @property
     def restart_duplicates(self) -> dict[str, int]:
@@ -703,7 +751,23 @@ class ScalarLog:
                 out.append(f"{points} scalar point(s) of {shown} logged twice for a step: kept the latest")
         if self.purged:
             out.append(f"{self.purged} scalar point(s) dropped by a SessionLog START (restart from a checkpoint)")
+        if self.folded:
+            out.append(folded_note(self.folded))
         return out
+
+
+def folded_note(folded: dict[str, tuple[int, int, int]]) -> str:
+    """One line naming the series read in step buckets.
+
+    >>> folded_note({"train/kl": (1_000_000, 15_625, 64)})[:62]
+    'train/kl: 1,000,000 points read as 15,625 buckets of 64 steps'
+    """
+    shown = [f"{tag}: {n:,} points read as {b:,} buckets of {w:,} steps" for tag, (n, b, w) in folded.items()]
+    why = f"longer than {folding.FOLD_CAP:,} points is judged on its step buckets: mean, minimum, maximum"
+    if len(shown) == 1:
+        return f"{shown[0]} (a series {why})"
+    more = f", ... ({len(shown) - 3} more)" if len(shown) > 3 else ""
+    return f"{len(shown)} tags read in step buckets (each {why}): " + "; ".join(shown[:3]) + more
 
 
 def merge_reads(reads: Sequence[EventFileRead]) -> ScalarLog:
@@ -788,7 +852,25 @@ def _merge(reads: list[EventFileRead]) -> ScalarLog | set[int]:
     need: set[int] = set()
     tags: dict[str, TagPoints] = {}
     duplicate_tags: dict[str, int] = {}
+    folded: dict[str, tuple[int, int, int]] = {}
     for name, parts in per_tag.items():
+        if any(column.fold is not None for _, column in parts):
+            fold, dropped = _folded_parts(parts, bounds)
+            purged += dropped
+            fold = fold.finished()
+            steps, values, buckets = fold.result()
+            if buckets is None:  # purged back to at most the cap before any was folded: the points themselves
+                kept = _kept_points(steps, None)
+                if len(kept) < len(steps):
+                    duplicate_tags[name] = len(steps) - len(kept)
+                steps, values = steps[kept], values[kept]
+            elif fold.duplicates:
+                duplicate_tags[name] = fold.duplicates
+            if len(steps):
+                tags[name] = TagPoints(steps, values, buckets)
+            if buckets is not None and len(steps):
+                folded[name] = (buckets.total, len(steps), buckets.width)
+            continue
         steps_parts, values_parts, walls_parts = [], [], []
         for i, column in parts:
             steps, values, walls = column.steps, column.values, column.walls
@@ -820,6 +902,11 @@ def _merge(reads: list[EventFileRead]) -> ScalarLog | set[int]:
             if len(kept) < len(steps):
                 duplicate_tags[name] = len(steps) - len(kept)
             steps, values = steps[kept], values[kept]
+        if len(steps) > folding.FOLD_CAP:  # files or parts each short enough, together too long
+            steps, values, buckets = fold_series(steps, values)
+            tags[name] = TagPoints(steps, values, buckets)
+            folded[name] = (buckets.total, len(steps), buckets.width)
+            continue
         tags[name] = TagPoints(steps, values)
     if need:
         return need
@@ -834,4 +921,22 @@ def _merge(reads: list[EventFileRead]) -> ScalarLog | set[int]:
         duplicate_tags=dict(sorted(duplicate_tags.items())),
         purged=purged,
         truncated=tuple(path for path, read in last_read.items() if read.truncated),
+        folded=dict(sorted(folded.items())),
     )
+
+
+def _folded_parts(parts: list[tuple[int, TagColumn]], bounds: list[float]) -> tuple[SeriesFold, int]:
+    """One tag's parts (some folded) as one fold, in read order: each read's SessionLog STARTs purge what the reads
+    before it hold, its points come after theirs. The fold and the points those purges dropped."""
+    fold: SeriesFold | None = None
+    dropped = 0
+    for i, column in parts:
+        if fold is not None and bounds[i] < np.inf:
+            dropped += fold.truncate(int(bounds[i]))
+        if column.fold is not None:
+            fold = column.fold.copy() if fold is None else fold.extend(column.fold)
+        else:
+            fold = fold or SeriesFold()
+            fold.add(column.steps, column.values)
+    assert fold is not None
+    return fold, dropped

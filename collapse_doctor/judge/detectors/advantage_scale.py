@@ -20,6 +20,7 @@ from collapse_doctor.judge.detectors.scalar_base import (
     MIN_POINTS,
     ZERO,
     ScalarDetector,
+    extremes,
     fall_start,
     holds_at_end,
     rise_start,
@@ -234,9 +235,10 @@ class LoggedAdvantageBound(ScalarDetector):
             bound *= n / (n - 1)
         limit = bound * (1 + ctx.threshold(self.code, "tolerance"))
         findings = []
-        for found, sign, name in ((high, 1.0, S.ADVANTAGE_MAX), (low, -1.0, S.ADVANTAGE_MIN)):
-            if found is None:
+        for series, sign, name in ((high, 1.0, S.ADVANTAGE_MAX), (low, -1.0, S.ADVANTAGE_MIN)):
+            if series is None:
                 continue
+            found = extremes(series, high=sign > 0)  # a folded series: each bucket's extreme, not its mean
             beyond = sign * found.values > limit
             stretch = persistent_onset(beyond, self.persistence(ctx, len(found.values)))
             if stretch is None:

@@ -19,10 +19,12 @@ from collapse_doctor.judge.detectors.scalar_base import (
     MIN_POINTS,
     ZERO,
     ScalarDetector,
+    extremes,
     finite_points,
     holds_at_end,
     level_points,
     logged_series,
+    nonfinite_points,
     support,
     tag_of,
 )
@@ -94,20 +96,21 @@ class GradientPathology(ScalarDetector):
                 return findings  # the non-finite points are reported; too few finite ones for the rest
             self.series(ctx, S.GRAD_NORM)  # raises NotEnoughData
         vanishing = self._vanishing(ctx, *level_points(found), points=finite)
-        spikes = self._spikes(ctx, *finite_points(found))
+        spikes = self._spikes(ctx, *finite_points(extremes(found)))
         return findings + [one for one in (vanishing, spikes) if one is not None]
 
     def _nonfinite(self, ctx: DetectionContext, found: TagPoints) -> Finding | None:
-        bad = ~np.isfinite(found.values)
-        count = int(bad.sum())
+        counts, nans = nonfinite_points(found)
+        bad = counts > 0
+        count = int(counts.sum())
         if not count:
             return None
-        n = len(found.values)
+        n = found.logged
         where = np.flatnonzero(bad)
-        persist = self.persistence(ctx, n)
+        persist = self.persistence(ctx, len(bad))
         at_end = bool(bad[-1]) or holds_at_end(bad, persist)
         share = count / n
-        nan_count = int(np.isnan(found.values).sum())
+        nan_count = int(nans.sum())
         tag = tag_of(ctx, S.GRAD_NORM)
         first_steps = [int(s) for s in found.steps[where[:10]]]
         if at_end:

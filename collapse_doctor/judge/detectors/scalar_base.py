@@ -168,6 +168,22 @@ def support(points: int, stretch: tuple[int, int] | None = None) -> dict[str, in
     return out
 
 
+def extremes(found: TagPoints, high: bool = True) -> TagPoints:
+    """The series as spike and bound checks read it: of a folded series (:mod:`collapse_doctor.core.fold`) each
+    bucket's largest (``high``) or smallest finite value, so one step's spike is not averaged away in its bucket;
+    any other series as it is."""
+    if found.buckets is None:
+        return found
+    return TagPoints(found.steps, found.buckets.maxima if high else found.buckets.minima, found.buckets)
+
+
+def nonfinite_points(found: TagPoints) -> tuple[np.ndarray, np.ndarray]:
+    """Per point (per bucket of a folded series): the non-finite points and the NaN points among them."""
+    if found.buckets is None:
+        return (~np.isfinite(found.values)).astype(np.int64), np.isnan(found.values).astype(np.int64)
+    return found.buckets.points - found.buckets.finite, found.buckets.nan
+
+
 def finite_points(found: TagPoints) -> tuple[np.ndarray, np.ndarray]:
     keep = np.isfinite(found.values)
     return found.steps[keep], found.values[keep]

@@ -127,7 +127,17 @@ def test_restarts_keep_the_latest_point_and_honour_session_start(tmp_path: Path)
     assert log.points == 16
 
 
-def test_incremental_reads_parse_only_new_records(tmp_path: Path) -> None:
+def test_incremental_reads_parse_only_new_records(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from collapse_doctor.io.logs import tensorboard
+
+    opened: list[int] = []
+    source = tensorboard._Source
+
+    def opening(path: Path, start: int, stop: int | None) -> tensorboard._Source:
+        opened.append(start)
+        return source(path, start, stop)
+
+    monkeypatch.setattr(tensorboard, "_Source", opening)
     path = tmp_path / "events.out.tfevents.1.host"
     payloads = [scalar_event("train/kl", float(i), i, float(i)) for i in range(30)]
     data = b"".join(record(p) for p in payloads)
@@ -138,7 +148,8 @@ def test_incremental_reads_parse_only_new_records(tmp_path: Path) -> None:
     path.write_bytes(data)
     log = cache.read([path])
     assert log.tags["train/kl"].steps.tolist() == list(range(30)) and log.points == 30
-    assert [r.start for r in cache._reads[path]] == [0, ten]
+    assert opened == [0, ten]  # the second read began where the first ended, and continued it
+    assert [(r.start, r.end, r.records) for r in cache._reads[path]] == [(0, len(data), 30)]
 
 
 def test_scan_of_a_scalar_only_run_reports_points_and_skips_rollout_detectors(tmp_path: Path) -> None:
