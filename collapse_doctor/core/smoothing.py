@@ -11,18 +11,27 @@ import warnings
 import numpy as np
 
 FAST_PATH_MIN = 4096
-"""Series at least this long (and NaN-free) take scipy's C filters for their interior."""
+"""Series at least this long (and NaN-free) take the fast paths: below :data:`SCIPY_MIN`, a sorted sliding window
+(medians) or running sums (means), above it scipy's C filters for their interior."""
+
+SCIPY_MIN = 16_385
+"""Series at least this long take scipy's filters. Shorter ones (every scalar series a scan reads: longer logs are
+folded to at most 16,384 step buckets, :mod:`collapse_doctor.core.fold`) never import scipy.ndimage (28 MiB of
+resident memory, 0.1 s)."""
 
 
 EXACT_BLOCK_VALUES = 2**24
-"""Window values the exact path materialises at once (a block of rows): memory stays ~128 MiB at any length."""
+"""Window values (``n * window``) above which a rolling mean takes cumulative sums instead of each window's mean."""
+
+BLOCK_VALUES = 2**18
+"""Window values the exact path materialises at once (a block of rows): a few MiB of temporaries at any length."""
 
 
 def _rolling_exact(values: np.ndarray, half: int, how: str, first: int = 0, last: int | None = None) -> np.ndarray:
     """The shrinking-window reduction at positions ``first..last - 1`` (default: every position)."""
     padded = np.concatenate([np.full(half, np.nan), values, np.full(half, np.nan)])
     width = 2 * half + 1
-    block = max(1, EXACT_BLOCK_VALUES // width)
+    block = max(1, BLOCK_VALUES // width)
     reduce = np.nanmedian if how == "median" else np.nanmean
     last = len(values) if last is None else last
     out = np.empty(last - first, dtype=np.float64)
@@ -31,7 +40,10 @@ def _rolling_exact(values: np.ndarray, half: int, how: str, first: int = 0, last
         for start in range(first, last, block):
             stop = min(last, start + block)
             windows = np.lib.stride_tricks.sliding_window_view(padded[start : stop + 2 * half], width)
-            out[start - first : stop - first] = reduce(windows, axis=1)
+            if how == "median" and not np.isnan(padded[start : stop + 2 * half]).any():
+                out[start - first : stop - first] = np.median(windows, axis=1)  # no NaN: no masked-array copies
+            else:
+                out[start - first : stop - first] = reduce(windows, axis=1)
     return out
 
 
@@ -109,9 +121,10 @@ def _edge_medians(values: np.ndarray, half: int) -> np.ndarray:
 def rolling(values: np.ndarray, window: int, how: str = "median", *, cumulative: bool = False) -> np.ndarray:
     """Centred rolling median (or mean, ``how="mean"``) over ``window`` values (made odd), ignoring NaN.
 
-    The window shrinks at the edges. Long NaN-free series (scalar logs hold millions of points) compute their
-    interior with scipy's C filters and their edges exactly, with the same result; long windows of means use
-    cumulative sums, and nothing materialises more than :data:`EXACT_BLOCK_VALUES` window values.
+    The window shrinks at the edges. Long NaN-free series compute their medians with one sorted window slid along
+    (up to :data:`SCIPY_MIN` points) or their interior with scipy's C filters and their edges exactly (longer
+    ones), with the same result; their means, and long windows of means, use cumulative sums; nothing
+    materialises more than :data:`BLOCK_VALUES` window values.
     ``cumulative=True`` takes the cumulative sums for a mean at any length: a window's sum is then a difference
     of running sums, which rounds differently (in the last bits) from summing the window's values.
 
@@ -127,12 +140,17 @@ def rolling(values: np.ndarray, window: int, how: str = "median", *, cumulative:
     n = len(data)
     if half == 0 or n == 0:
         return data.copy()
-    if how == "mean" and (cumulative or n * (2 * half + 1) > EXACT_BLOCK_VALUES):
+    fast = n >= max(FAST_PATH_MIN, 4 * half + 2)
+    if how == "mean" and (cumulative or n * (2 * half + 1) > EXACT_BLOCK_VALUES or (fast and n < SCIPY_MIN)):
         return _rolling_mean_cumsum(data, half)
-    if n < max(FAST_PATH_MIN, 4 * half + 2) or np.isnan(data).any():
+    if not fast or np.isnan(data).any():
         if how == "median" and n * (2 * half + 1) > SORTED_WINDOW_VALUES:
+            if n < SCIPY_MIN:
+                return _rolling_median_sorted(data, half)
             return _rolling_median_long(data, half)  # a long series with NaN: O(n log w), not O(n w)
         return _rolling_exact(data, half, how)
+    if n < SCIPY_MIN:  # the median of every window, exactly as below, without importing scipy
+        return _rolling_median_sorted(data, half)
     from scipy.ndimage import median_filter, uniform_filter1d
 
     size = 2 * half + 1

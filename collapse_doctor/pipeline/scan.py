@@ -32,6 +32,7 @@ from collapse_doctor.core.reduction import RunReduction, without_reused_steps
 from collapse_doctor.core.result import Diagnosis, Phase, RunSummary
 from collapse_doctor.core.schema import ACTIVE_CHANNELS, AGGREGATION, resolve_weights
 from collapse_doctor.core.series import CALLBACK_SCALARS, RunSeries
+from collapse_doctor.engine.memory import release_free_memory
 from collapse_doctor.engine.parallel import available_cores, map_ordered
 from collapse_doctor.engine.reduce import SCAN_CHUNK_ROWS, ReadAhead, empty_series, reduce_rollouts
 from collapse_doctor.io.discovery import RunInputs, choose_run, discover_runs
@@ -302,6 +303,7 @@ def scan_run(
     # Nothing is written before the end, so rewards are checked while streaming: one less read of them.
     reader = open_rollouts(run, options.read, check_rewards_first=False)
     scalars = read_scalar_log(run, hooks.scalar_cache)
+    release_free_memory()  # the read's freed blocks: the detectors' temporaries reuse no fragmented heap
     collector = hooks.collector(run, options.read) if hooks.collector is not None else None
     reduction = None
     reduce_with = None
@@ -358,6 +360,7 @@ def scan_run(
     if fresh and judged.reduction is not reduction:  # judged on the second pass: its collector saw it
         collector = fresh["collector"]
     extra = collector.finish(judged.diagnosis) if collector is not None else None
+    release_free_memory()  # the detectors' freed temporaries, before the outputs are rendered
     return ScanResult(diagnosis=judged.diagnosis, inputs=run, extra=extra)
 
 

@@ -79,16 +79,57 @@ def theil_sen_slope(steps: np.ndarray, values: np.ndarray) -> float:
     1.0
     """
     x, y = thin(steps, values)
-    # the pairs (i, i + k) one offset at a time: the slopes only, no index arrays of every pair (n^2 int64)
-    slopes = []
-    for k in range(1, len(x)):
-        dx = x[k:] - x[:-k]
-        ok = dx != 0
-        slopes.append((y[k:] - y[:-k])[ok] / dx[ok])
-    every = np.concatenate(slopes) if slopes else np.empty(0)
-    if not len(every):
+    return _median_slope(x, y)
+
+
+SLOPES_KEPT = 1 << 17
+"""Pairwise slopes a Theil-Sen median holds at once: the 2,000 points of a long series have 2M pairs (32 MB as
+float64), so the median is selected among the slopes near it (a sample of pairs says where) instead."""
+
+
+def _slopes(x: np.ndarray, y: np.ndarray, k: int) -> np.ndarray:
+    """The slopes of the pairs ``(i, i + k)`` with distinct steps."""
+    dx = x[k:] - x[:-k]
+    ok = dx != 0
+    return (y[k:] - y[:-k])[ok] / dx[ok]
+
+
+def _median_slope(x: np.ndarray, y: np.ndarray) -> float:
+    """``np.median`` of every pairwise slope, exactly, holding at most about :data:`SLOPES_KEPT` of them.
+
+    >>> x = np.arange(600.0); y = np.sin(x) + 0.01 * x
+    >>> every = np.concatenate([_slopes(x, y, k) for k in range(1, 600)])
+    >>> _median_slope(x, y) == float(np.median(every))
+    True
+    """
+    n = len(x)
+    counts = [int(np.count_nonzero(x[k:] != x[:-k])) for k in range(1, n)]
+    total = sum(counts)
+    if not total:
         return float("nan")
-    return float(np.median(every, overwrite_input=True))
+    if total <= SLOPES_KEPT:
+        return float(np.median(np.concatenate([_slopes(x, y, k) for k in range(1, n)]), overwrite_input=True))
+    ranks = sorted({(total - 1) // 2, total // 2})  # the middle value (two of them: their mean, as np.median)
+    rng = np.random.default_rng(0)  # which pairs bound the search changes the work, never the answer
+    i, j = rng.integers(0, n, size=(2, SLOPES_KEPT // 4))
+    ok = x[i] != x[j]
+    sample = np.sort((y[j] - y[i])[ok] / (x[j] - x[i])[ok])
+    margin = 4.0 * math.sqrt(len(sample)) + 16
+    lo = sample[max(0, int(len(sample) * ranks[0] / total - margin))] if len(sample) else -np.inf
+    hi = sample[min(len(sample) - 1, int(len(sample) * ranks[-1] / total + margin))] if len(sample) else np.inf
+    for _ in range(2):  # the bounds hold the middle, or the second pass takes every slope on the missing side
+        below, near = 0, []
+        for k in range(1, n):
+            s = _slopes(x, y, k)
+            below += int(np.count_nonzero(s < lo))
+            near.append(s[(s >= lo) & (s <= hi)])
+        middle = np.concatenate(near)
+        if below <= ranks[0] and below + len(middle) > ranks[-1]:
+            picked = np.partition(middle, [r - below for r in ranks])[[r - below for r in ranks]]
+            return float(np.mean(picked)) if len(ranks) == 2 else float(picked[0])
+        lo = -np.inf if below > ranks[0] else lo
+        hi = np.inf if below + len(middle) <= ranks[-1] else hi
+    raise AssertionError("unreachable: the second pass holds every slope on the side that was missing")
 
 
 def mann_kendall(values: np.ndarray) -> tuple[float, float]:

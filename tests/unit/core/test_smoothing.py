@@ -30,7 +30,10 @@ def test_every_path_matches_the_loop(how: str, window: int, nan: bool, monkeypat
         values[rng.random(6000) < 0.1] = np.nan
     expected = _loop(values, window, how)
     np.testing.assert_allclose(rolling(values, window, how), expected, rtol=1e-12, atol=1e-12)
+    monkeypatch.setattr(smoothing, "SCIPY_MIN", 4096)  # scipy's filters for the interior
+    np.testing.assert_allclose(rolling(values, window, how), expected, rtol=1e-12, atol=1e-12)
     monkeypatch.setattr(smoothing, "EXACT_BLOCK_VALUES", 5000)  # small blocks, cumsum means, sorted edges
+    monkeypatch.setattr(smoothing, "BLOCK_VALUES", 5000)
     np.testing.assert_allclose(rolling(values, window, how), expected, rtol=1e-12, atol=1e-12)
     monkeypatch.setattr(smoothing, "SORTED_WINDOW_VALUES", 1)  # long NaN-holding medians: pandas' or the sorted
     np.testing.assert_allclose(rolling(values, window, how), expected, rtol=1e-12, atol=1e-12)

@@ -84,6 +84,20 @@ def test_mann_kendall_and_theil_sen_match_references(seed: int) -> None:
     assert kendall_tau(a, b) == pytest.approx(kendalltau(a, b).statistic)
 
 
+@pytest.mark.parametrize(("n", "kind"), [(700, "noise"), (2000, "noise"), (2000, "ties"), (2000, "steps repeat")])
+def test_theil_sen_selects_the_median_of_every_pairwise_slope_exactly(n: int, kind: str) -> None:
+    """Past SLOPES_KEPT pairs the median is selected among the slopes near it, never all of them held at once:
+    the same float as np.median of every slope (ties, an even count, steps logged twice included)."""
+    from collapse_doctor.judge.detectors import trends
+
+    rng = np.random.default_rng(n)
+    x = np.sort(rng.integers(0, n // 2, n)).astype(float) if kind == "steps repeat" else np.arange(n, dtype=float)
+    y = np.round(rng.standard_normal(n), 1) if kind == "ties" else 0.001 * x + rng.standard_normal(n)
+    every = np.concatenate([trends._slopes(x, y, k) for k in range(1, n)])
+    assert len(every) > trends.SLOPES_KEPT
+    assert trends._median_slope(x, y) == float(np.median(every))
+
+
 def test_mann_kendall_rejects_at_its_level_on_noise() -> None:
     """On i.i.d. noise the two-sided test at 0.05 rejects about 5% of the time (400 series of 60 points)."""
     rng = np.random.default_rng(0)
