@@ -279,15 +279,6 @@ def shard_rows(run: Any, workers: int) -> int:
     return max(MIN_SHARD_ROWS, -(-run.num_rows // (workers * SHARDS_PER_WORKER)))
 
 
-def shard_ranges(run: Any, workers: int) -> list[tuple[int, int]]:
-    """The row ranges of whole steps to cut ``run`` into for ``workers`` workers, after the reader's pass 1
-    (``shards``; ``[]``: the reader cannot be cut). ``advantages --ray`` cuts by them."""
-    shards = getattr(run, "shards", None)
-    if shards is None:
-        return []
-    return list(shards(shard_rows(run, workers)))
-
-
 def planned_shards(run: Any, workers: int) -> list[tuple[int, int]]:
     """The row ranges, on row-group boundaries, to cut ``run`` into for ``workers`` workers from its footers alone
     (``plan_shards``; ``[]``: the reader cannot be cut): each shard's task finds its own steps."""

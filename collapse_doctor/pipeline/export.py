@@ -7,13 +7,12 @@ order through :class:`OrderedParquetWriter`, which only buffers rows that arrive
 
 from __future__ import annotations
 
-import copy
 import functools
 import json
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -42,8 +41,8 @@ from collapse_doctor.engine.advantages import (
     resolve_device,
 )
 from collapse_doctor.engine.memory import release_free_memory
-from collapse_doctor.engine.reduce import describe_shard, shard_ranges
-from collapse_doctor.io.rollouts.parquet import ParquetRun
+from collapse_doctor.engine.reduce import describe_shard, planned_shards
+from collapse_doctor.io.rollouts.parquet import ParquetRun, StepClaim
 from collapse_doctor.io.storage.atomic import atomic_path
 from collapse_doctor.judge.algorithm import SCALE_OF, match_logged
 
@@ -234,23 +233,30 @@ def detect_scale(chunk: list[RolloutBatch], run: ParquetRun, *, device: str, con
 
 @dataclass(frozen=True)
 class ShardExport:
-    """One shard's output rows, computed in a worker: ``(row ids, table)`` per chunk, and the reader's counts."""
+    """One shard's output rows, computed in a worker: ``(row ids, table)`` per chunk, the reader's counts, and what
+    the shard's pass 1 claimed (``None`` for a part cut after pass 1)."""
 
     tables: list[tuple[np.ndarray, pa.Table]]
     notes: Any
     rows: int
     steps: int
+    claim: StepClaim | None = None
 
 
 def export_shard(shard: ParquetRun, *, schema: pa.Schema, scale: str, convention: str) -> ShardExport:
-    """A worker's part of :func:`export_advantages`: the output rows of one shard of the run (on CPU)."""
+    """A worker's part of :func:`export_advantages`: the output rows of one shard of the run (on CPU). A
+    ``step_shard`` runs pass 1 over its own rows first (``claim_steps``); one whose steps are out of order exports
+    nothing and says so in its claim (the run is then exported in the driver)."""
+    claim = shard.claim_steps()
+    if claim is not None and not claim.ascending:
+        return ShardExport(tables=[], notes=shard.notes, rows=0, steps=0, claim=claim)
     tables, rows, steps = [], 0, 0
     for chunk in chunk_steps(shard.iter_steps()):
         row_ids, table = _chunk_table(chunk, shard, schema, device="cpu", scale=scale, convention=convention)
         tables.append((row_ids, table))
         rows += table.num_rows
         steps += len(chunk)
-    return ShardExport(tables=tables, notes=shard.notes, rows=rows, steps=steps)
+    return ShardExport(tables=tables, notes=shard.notes, rows=rows, steps=steps, claim=claim)
 
 
 @contextmanager
@@ -264,14 +270,18 @@ def _cluster(ray: str | None) -> Iterator[Executor | None]:
         yield executor
 
 
-def _open_rollouts(paths: Sequence[str | Path], read: ReadOptions) -> tuple[ParquetRun, list[Path]]:
+def _open_rollouts(
+    paths: Sequence[str | Path], read: ReadOptions, *, footers_only: bool = False
+) -> tuple[ParquetRun, list[Path]]:
     """The rollouts of the one run in ``paths`` (canonical Parquet or a sniffed trainer layout), and their files.
 
-    Trainer layouts (TRL completions, verl rollout JSONL, NeMo-RL JSONL) are found the way ``scan`` finds
-    them (:func:`collapse_doctor.io.discovery.discover_runs`); scalar logs next to the rollouts are ignored.
+    Trainer layouts (TRL completions, verl rollout JSONL, NeMo-RL JSONL, TRL's table in a tracker) are found the way
+    ``scan`` finds them (:func:`collapse_doctor.io.discovery.discover_runs`); scalar logs next to the rollouts are
+    ignored. ``footers_only`` (``--ray``): a Parquet run reads its footers only, and pass 1 runs in the tasks.
     """
     from collapse_doctor.io.discovery import discover_runs
     from collapse_doctor.io.open import open_rollouts
+    from collapse_doctor.io.rollouts.parquet import steps_read_in_tasks
 
     runs = [r for r in discover_runs(paths) if r.rollout_kind is not None]
     if not runs:
@@ -285,9 +295,24 @@ def _open_rollouts(paths: Sequence[str | Path], read: ReadOptions) -> tuple[Parq
             f"found {len(runs)} runs with rollouts: {', '.join(r.name for r in runs)}",
             hint="export one run at a time: pass that run's directory or files",
         )
-    run = open_rollouts(runs[0], read, check_rewards_first=True)
+    if footers_only:
+        # The rewards are then checked while the tasks stream them (finish_shards checks the whole run's).
+        with steps_read_in_tasks():
+            run = open_rollouts(runs[0], read, check_rewards_first=False)
+    else:
+        run = open_rollouts(runs[0], read, check_rewards_first=True)
     assert run is not None  # the run has rollouts
     return run, list(runs[0].rollout_files)
+
+
+@dataclass
+class _Exported:
+    """What an export wrote: rows, steps, and the GRPO scaling it used (and why)."""
+
+    rows: int
+    steps: int
+    scale: str
+    scale_source: str
 
 
 def export_advantages(
@@ -309,14 +334,13 @@ def export_advantages(
 
     Without ``scale``, the GRPO scaling is the one the run's logged advantages match (compared on the first
     chunk, see :func:`detect_scale`), else ``group``; :attr:`ExportSummary.scale_source` says which and why.
-    With ``ray`` (an address, or ``"local"``) the run's shards are computed as Ray tasks (on the workers' CPUs)
-    and written here in row order.
+    With ``ray`` (an address, or ``"local"``) the run's shards are computed as Ray tasks (on the workers' CPUs),
+    each running pass 1 over its own rows, and written here in row order.
     """
     if convention not in CONVENTIONS:
         raise UsageError(f"--convention {convention!r} is not one of {', '.join(CONVENTIONS)}")
     if scale is not None and scale not in SCALES:
         raise UsageError(f"--scale {scale!r} is not one of {', '.join(SCALES)}")
-    scale_source = "--scale" if scale is not None else "default: no rows"
     started = time.perf_counter()
     if ray is not None and device not in ("auto", "cpu"):
         raise UsageError(f"--ray computes on the workers' CPUs: --device {device} cannot be used with it")
@@ -324,61 +348,122 @@ def export_advantages(
     read = ReadOptions.of(
         step_col=step_col, group_col=group_col, reward_cols=reward_cols, group_size=group_size, weights=weights
     )
-    run, inputs = _open_rollouts(paths, read)
-    done = 0
-    steps = 0
+    run, inputs = _open_rollouts(paths, read, footers_only=ray is not None)
     with atomic_path(output, inputs=inputs) as tmp, _cluster(ray) as executor:
-        writer: OrderedParquetWriter | None = None
-        shards = shard_ranges(run, executor.workers) if executor is not None else []
-        notes = copy.deepcopy(run.notes)
-        try:
-            for chunk in chunk_steps(run.iter_steps()):
-                if writer is None:
-                    if scale is None:
-                        scale, scale_source = detect_scale(chunk, run, device=dev, convention=convention)
-                    metadata = _metadata(run, convention=convention, scale=scale, scale_source=scale_source)
-                    schema = _output_schema(run, chunk[0]).with_metadata(metadata)
-                    writer = OrderedParquetWriter(tmp, schema)
-                    if executor is not None and len(shards) > 1:
-                        run.notes = notes  # the shards count this chunk's rows again, from the first row
-                        break  # the scale and the schema are known: the shards go out
-                assert scale is not None  # chosen with the writer, on the first chunk
-                row_ids, table = _chunk_table(chunk, run, writer.schema, device=dev, scale=scale, convention=convention)
-                writer.write(row_ids, table)
-                done += table.num_rows
-                del table
-                release_free_memory()
-                steps += len(chunk)
-                if on_progress is not None:
-                    on_progress(done, run.num_rows)
-            if executor is not None and len(shards) > 1 and writer is not None:
-                assert scale is not None
-                work = functools.partial(export_shard, schema=writer.schema, scale=scale, convention=convention)
-                for result in executor.map(work, [run.shard(a, b) for a, b in shards], describe_shard):
-                    assert isinstance(result, ShardExport)  # errors are raised
-                    for row_ids, table in result.tables:
-                        writer.write(row_ids, table)
-                    run.add_notes(result.notes)
-                    done += result.rows
-                    steps += result.steps
-                    if on_progress is not None:
-                        on_progress(done, run.num_rows)
-        except BaseException:
-            if writer is not None:
-                writer.abort()
-            raise
-        written = writer.close() if writer is not None else 0
-    assert written == run.num_rows, (written, run.num_rows)
+        exported = None
+        if executor is not None:
+            exported = _export_shards(run, tmp, executor, scale=scale, convention=convention, on_progress=on_progress)
+        if exported is None:
+            exported = _export_here(run, tmp, device=dev, scale=scale, convention=convention, on_progress=on_progress)
+    assert exported.rows == run.num_rows, (exported.rows, run.num_rows)
     return ExportSummary(
         output=Path(output),
-        rows=written,
-        steps=steps,
+        rows=exported.rows,
+        steps=exported.steps,
         channels=run.channels,
         weights=run.weights,
         convention=convention,
-        scale=scale or "group",
+        scale=exported.scale,
         device=dev,
-        scale_source=scale_source,
+        scale_source=exported.scale_source,
         warnings=tuple(run.notes.warnings()),
         seconds=time.perf_counter() - started,
     )
+
+
+def _first_scale(
+    chunk: list[RolloutBatch], run: ParquetRun, scale: str | None, *, device: str, convention: str
+) -> tuple[str, str]:
+    if scale is not None:
+        return scale, "--scale"
+    return detect_scale(chunk, run, device=device, convention=convention)
+
+
+def _writer(
+    tmp: Path, run: ParquetRun, chunk: list[RolloutBatch], *, scale: str, source: str, convention: str
+) -> OrderedParquetWriter:
+    metadata = _metadata(run, convention=convention, scale=scale, scale_source=source)
+    return OrderedParquetWriter(tmp, _output_schema(run, chunk[0]).with_metadata(metadata))
+
+
+def _export_here(
+    run: ParquetRun,
+    tmp: Path,
+    *,
+    device: str,
+    scale: str | None,
+    convention: str,
+    on_progress: ProgressCallback | None,
+) -> _Exported:
+    """The run exported in this process, chunk by chunk (pass 1 here first, when the run has not run it)."""
+    writer: OrderedParquetWriter | None = None
+    source = "--scale" if scale is not None else "default: no rows"
+    done = steps = 0
+    try:
+        for chunk in chunk_steps(run.iter_steps()):
+            if writer is None:
+                scale, source = _first_scale(chunk, run, scale, device=device, convention=convention)
+                writer = _writer(tmp, run, chunk, scale=scale, source=source, convention=convention)
+            assert scale is not None  # chosen with the writer, on the first chunk
+            row_ids, table = _chunk_table(chunk, run, writer.schema, device=device, scale=scale, convention=convention)
+            writer.write(row_ids, table)
+            done += table.num_rows
+            del table
+            release_free_memory()
+            steps += len(chunk)
+            if on_progress is not None:
+                on_progress(done, run.num_rows)
+    except BaseException:
+        if writer is not None:
+            writer.abort()
+        raise
+    run.finish_shards()  # a run opened for the tasks checks its rewards as it streams: the whole run's check
+    return _Exported(writer.close() if writer is not None else 0, steps, scale or "group", source)
+
+
+def _export_shards(
+    run: ParquetRun,
+    tmp: Path,
+    executor: Executor,
+    *,
+    scale: str | None,
+    convention: str,
+    on_progress: ProgressCallback | None,
+) -> _Exported | None:
+    """The run exported as Ray tasks, one per planned shard, each running pass 1 over its own rows; ``None`` when
+    the run cannot be cut (one shard, a trainer layout) or a task found its steps out of order (then nothing is
+    kept and the run is exported here).
+
+    The scaling and the output schema come from the first chunk, read here by pass 1 over the first shard's rows
+    only; the tasks' rows are written as they arrive, and their counts taken once the claims cover the run."""
+    shards = planned_shards(run, executor.workers)
+    if len(shards) < 2:
+        return None
+    first = next(chunk_steps(run.step_shard(*shards[0]).iter_steps()), None)
+    if first is None:
+        return None  # the first shard's steps are out of order
+    scale, source = _first_scale(first, run, scale, device="cpu", convention=convention)
+    writer = _writer(tmp, run, first, scale=scale, source=source, convention=convention)
+    work = functools.partial(export_shard, schema=writer.schema, scale=scale, convention=convention)
+    results: list[ShardExport] = []
+    done = 0
+    try:
+        for result in executor.map(work, [run.step_shard(a, b) for a, b in shards], describe_shard):
+            assert isinstance(result, ShardExport)  # errors are raised
+            for row_ids, table in result.tables:
+                writer.write(row_ids, table)
+            results.append(replace(result, tables=[]))
+            done += result.rows
+            if on_progress is not None:
+                on_progress(done, run.num_rows)
+    except BaseException:
+        writer.abort()
+        raise
+    claims = [r.claim for r in results]
+    if any(c is None for c in claims) or not run.accept_claims([c for c in claims if c is not None]):
+        writer.abort()
+        return None
+    for result in results:
+        run.add_notes(result.notes)
+    run.finish_shards()
+    return _Exported(writer.close(), sum(r.steps for r in results), scale, source)

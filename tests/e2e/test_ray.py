@@ -110,16 +110,59 @@ def test_report_collects_the_same_histograms_and_sample(tmp_path: Path) -> None:
     assert out.stat().st_size > 10_000
 
 
-def test_advantages_on_ray_writes_the_same_file(tmp_path: Path) -> None:
-    run = multi_file_run(tmp_path)
-    outputs = []
-    for name, extra in (("local", []), ("ray", ["--ray"])):
-        out = tmp_path / f"{name}.parquet"
-        result = invoke(["advantages", str(run), "-o", str(out), *extra])
-        assert result.exit_code == 0, result.output
-        outputs.append(pq.read_table(out))
-    assert outputs[0].num_rows == 120 * 16 * 8
-    assert outputs[0].equals(outputs[1]) and outputs[0].schema.metadata == outputs[1].schema.metadata
+def _advantages(args: list[str], out: Path) -> pa.Table:
+    result = invoke(["advantages", *args, "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    return pq.read_table(out)
+
+
+def test_advantages_on_ray_writes_the_same_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Steps straddle the part files and the row groups; pass 1 runs in the tasks (the driver reads only the first
+    shard's step column, for the scaling and the output's schema): the file is the local one, row for row."""
+    from collapse_doctor.io.rollouts.parquet import ParquetRun
+
+    run = multi_file_run(tmp_path, straddling=True)
+    files = [str(p) for p in sorted(run.glob("*.parquet"))]
+    assert len(reduce.planned_shards(ParquetRun(files), 2)) >= 4
+    local = _advantages(files, tmp_path / "local.parquet")
+
+    def whole_pass_1(self: ParquetRun, *args: Any) -> Any:
+        raise AssertionError("the driver ran pass 1 over the whole run")
+
+    with monkeypatch.context() as driver:  # this process only: the tasks run in Ray's worker processes
+        driver.setattr(ParquetRun, "_scan", whole_pass_1)
+        on_ray = _advantages([*files, "--ray"], tmp_path / "ray.parquet")
+    assert local.num_rows == sum(pq.ParquetFile(f).metadata.num_rows for f in files)
+    assert local.equals(on_ray) and local.schema.metadata == on_ray.schema.metadata
+
+
+def test_advantages_of_unsorted_steps_on_ray_are_exported_here(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Steps out of order, in the first shard (the driver sees it and sends no task) or only in a later one (a
+    task's claim says so and nothing the tasks sent is kept): the driver exports the run, the same file."""
+    from collapse_doctor.io.rollouts.parquet import ParquetRun, steps_read_in_tasks
+
+    accepted: list[bool] = []
+    original = ParquetRun.accept_claims
+
+    def recorded(self: ParquetRun, claims: Any) -> bool:
+        accepted.append(original(self, claims))
+        return accepted[-1]
+
+    monkeypatch.setattr(ParquetRun, "accept_claims", recorded)
+    table = make_table(steps=120, groups=8, text=False)
+    steps = table.column("step").to_numpy()
+    late = np.concatenate([np.flatnonzero(steps != 3), np.flatnonzero(steps == 3)])  # step 3 written last
+    for name, order, claims in (("reversed", np.argsort(-steps, kind="stable"), []), ("late", late, [False])):
+        path = tmp_path / f"{name}.parquet"
+        # without statistics the footers cannot tell the order: the shards are planned, and only the rows tell
+        pq.write_table(table.take(pa.array(order)), path, row_group_size=500, write_statistics=False)
+        with steps_read_in_tasks():
+            footers = ParquetRun([path], check_rewards_first=False)
+        assert len(reduce.planned_shards(footers, 2)) >= 3
+        local = _advantages([str(path)], tmp_path / f"{name}-local.parquet")
+        accepted.clear()
+        assert local.equals(_advantages([str(path), "--ray"], tmp_path / f"{name}-ray.parquet")), name
+        assert accepted == claims, name
 
 
 def _sweep(tmp_path: Path, broken: bool) -> Path:
