@@ -759,7 +759,7 @@ class ScalarLog:
 def folded_note(folded: dict[str, tuple[int, int, int]]) -> str:
     """One line naming the series read in step buckets.
 
-    >>> folded_note({"train/kl": (1_000_000, 15_625, 64)})[:62]
+    >>> folded_note({"train/kl": (1_000_000, 15_625, 64)}).split(" (")[0]
     'train/kl: 1,000,000 points read as 15,625 buckets of 64 steps'
     """
     shown = [f"{tag}: {n:,} points read as {b:,} buckets of {w:,} steps" for tag, (n, b, w) in folded.items()]
