@@ -39,12 +39,12 @@ def detect_algorithm(
     ('rloo', "the run's config")
     """
     algorithm, source = _from_logged(series, algo)
-    if algorithm == "unknown" and declared is not None and "logged_mae_grpo" not in series:
-        return declared
     if algorithm == "unknown" and dynamic_weight_channels:
         # gdpo-dynamic (collapse-doctor retrain) logs per-step weights; the recomputation uses fixed ones.
         algorithm = "gdpo"
         source = f"{DYNAMIC_WEIGHTS_SOURCE}: weight/ columns for {', '.join(dynamic_weight_channels)}"
+    elif algorithm == "unknown" and declared is not None and "logged_mae_grpo" not in series:
+        return declared
     return algorithm, source
 
 
