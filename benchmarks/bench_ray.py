@@ -263,6 +263,8 @@ def main() -> int:
         )
     print(f"\nthe same run without Ray (one process, threads): {median['big local']:.2f} s")
     print("`ray start` (ready): " + ", ".join(f"{w} CPU(s) {statistics.median(s):.1f} s" for w, s in starts.items()))
+    if "sweep local" not in median:  # --sweep-repeats 0
+        return 0
     local, on_ray = median["sweep local"], median["sweep ray 2"]
     print(
         f"sweep of {args.runs} TRL dirs: one process {local:.2f} s ({local / args.runs * 1e3:.0f} ms a run), "
