@@ -142,3 +142,33 @@ def test_unique_prompts_leave_no_group_and_say_so(tmp_path: Path) -> None:
     lines = result.stderr.strip().splitlines()
     assert len(lines) <= 2 and "log_unique_prompts=True" in lines[0]
     assert "Traceback" not in result.output
+
+
+def test_watch_of_a_wandb_run_whose_tables_arrive_equals_scan(rloo: Path, tmp_path: Path) -> None:
+    """watch follows the W&B run directory while its tables are written (half of them at the first poll); after its
+    last poll it judges the run as scan does."""
+    import shutil
+
+    from collapse_doctor.core.options import ScanOptions
+    from collapse_doctor.pipeline.scan import diagnose_runs
+    from collapse_doctor.pipeline.watch import watch
+    from tests.e2e.test_one_pipeline import answer
+
+    run = tmp_path / "run"
+    shutil.copytree(wandb_dir(rloo), run)
+    tables = sorted((run / "files" / "media" / "table").glob("completions_*.table.json"))
+    later = tables[len(tables) // 2 :]
+    aside = tmp_path / "later"
+    aside.mkdir()
+    for f in later:
+        f.rename(aside / f.name)
+
+    def arrive(_: float) -> None:
+        for f in later:
+            (aside / f.name).rename(f)
+
+    state = watch([run], ScanOptions(), interval=0.0, max_polls=2, sleep=arrive)
+    assert state.scans == 2
+    [scanned] = diagnose_runs([run], ScanOptions())
+    assert scanned.run.algorithm == "rloo" and scanned.run.rollouts == 96
+    assert answer(state.diagnoses[scanned.run.name or ""]) == answer(scanned)

@@ -215,8 +215,13 @@ def _wandb_rows(path: Path) -> list[dict[str, Any]]:
 
 
 def _wandb_config(root: Path) -> dict[str, Any]:
-    """The config of the W&B run in ``root`` (``run-<id>.wandb``, the id ending the directory's name)."""
-    run_file = root / f"run-{root.name.rsplit('-', 1)[-1]}.wandb"
+    """The config of the W&B run in ``root``: its ``run-<id>.wandb`` (found by listing ``root``, else by the id that
+    ends the directory's name)."""
+    try:
+        found = sorted(root.glob("run-*.wandb"))
+    except (OSError, InputError):  # a listing that fails: the name the directory gives
+        found = []
+    run_file = found[0] if len(found) == 1 else root / f"run-{root.name.rsplit('-', 1)[-1]}.wandb"
     try:
         return wandb_log.run_config(run_file) if run_file.exists() else {}
     except InputError:
