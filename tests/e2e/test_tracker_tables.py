@@ -31,6 +31,7 @@ import pytest
 from typer.testing import CliRunner
 
 from collapse_doctor.cli.app import app
+from tests.helpers.s3 import S3Server, s3_server  # noqa: F401  (the session fixture)
 from tests.helpers.trl_trackers import TRACKIO_PROJECT, train_with_trackers
 
 pytest.importorskip("trl")
@@ -44,7 +45,7 @@ LENGTH_SERIES = ("completion_length", "cut_", "length_", "logged_mae_opo", "logg
 TOKEN_WEIGHTED = ("gdpo_verl", "reinforce_plus_plus")
 
 
-def scan_json(path: Path, *args: str) -> tuple[int, dict[str, Any], str]:
+def scan_json(path: Path | str, *args: str) -> tuple[int, dict[str, Any], str]:
     result = runner.invoke(app, ["scan", str(path), "--format", "json", "--device", "cpu", *args])
     return result.exit_code, json.loads(result.stdout) if result.stdout.strip() else {}, result.stderr
 
@@ -172,3 +173,17 @@ def test_watch_of_a_wandb_run_whose_tables_arrive_equals_scan(rloo: Path, tmp_pa
     [scanned] = diagnose_runs([run], ScanOptions())
     assert scanned.run.algorithm == "rloo" and scanned.run.rollouts == 96
     assert answer(state.diagnoses[scanned.run.name or ""]) == answer(scanned)
+
+
+def test_a_wandb_run_in_a_bucket_scans_as_the_local_one(rloo: Path, s3_server: S3Server) -> None:  # noqa: F811
+    """The W&B run directory uploaded to an S3-protocol server on 127.0.0.1: the tables are recognised by their
+    first bytes, read and given their config over S3, and the scan is the local one's, path for path."""
+    local = wandb_dir(rloo)
+    s3_server.bucket("cd-tables")
+    url = s3_server.upload(local, f"s3://cd-tables/{local.name}")
+    code, remote, _ = scan_json(url)
+    _, here, _ = scan_json(local)
+    assert code == 0 and remote["run"]["algorithm"] == "rloo"
+    text = json.dumps(remote).replace(url, str(local))
+    here.pop("seconds", None)
+    assert {k: v for k, v in json.loads(text).items() if k != "seconds"} == here

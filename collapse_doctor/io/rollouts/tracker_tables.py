@@ -48,6 +48,7 @@ from collapse_doctor.core.errors import InputError
 from collapse_doctor.io.logs import trackio_db, wandb_log
 from collapse_doctor.io.rollouts.table_run import TableRun
 from collapse_doctor.io.rollouts.trl import completions_run
+from collapse_doctor.io.storage.remote import RemotePath
 
 TABLE_KEY = "completions"
 """The key TRL logs its completions table under."""
@@ -215,12 +216,9 @@ def _wandb_rows(path: Path) -> list[dict[str, Any]]:
 
 
 def _wandb_config(root: Path) -> dict[str, Any]:
-    """The config of the W&B run in ``root``: its ``run-<id>.wandb`` (found by listing ``root``, else by the id that
-    ends the directory's name)."""
-    try:
-        found = sorted(root.glob("run-*.wandb"))
-    except (OSError, InputError):  # a listing that fails: the name the directory gives
-        found = []
+    """The config of the W&B run in ``root``: its ``run-<id>.wandb`` (found by listing a local ``root``, else by the
+    id that ends the directory's name, as W&B names it)."""
+    found = [] if isinstance(root, RemotePath) else sorted(root.glob("run-*.wandb"))  # pathlib lists local dirs only
     run_file = found[0] if len(found) == 1 else root / f"run-{root.name.rsplit('-', 1)[-1]}.wandb"
     try:
         return wandb_log.run_config(run_file) if run_file.exists() else {}
