@@ -56,8 +56,12 @@ def count(tracker: str, out: Path) -> dict[str, int]:
                 with open(path) as lines:
                     counts[path.split("/metrics/", 1)[1]] = sum(1 for _ in lines)
     elif tracker == "mlflow-sqlite":
+        # MLflow's sqlite store keeps one row per (key, timestamp in ms, step, value): transformers logs `epoch` twice
+        # at the last step with the same value, and when both calls fall in one millisecond the store has one row.
+        # A point is what the store can tell apart whatever the timing: a distinct (step, value) of the key.
+        query = "select key, count(*) from (select distinct key, step, value, is_nan from metrics) group by key"
         with sqlite3.connect(f"{out}/mlflow.db") as db:
-            counts.update(dict(db.execute("select key, count(*) from metrics group by key").fetchall()))
+            counts.update(dict(db.execute(query).fetchall()))
     elif tracker == "trackio":
         for path in glob.glob(f"{out}/trackio/*.db"):
             with sqlite3.connect(path) as db:

@@ -52,6 +52,9 @@ TRL callback writes it; a trainer's own flag under this name is read the same wa
 REWARD_PREFIXES: tuple[str, ...] = ("reward/", "reward_", "rewards.")
 REWARD_STRUCT = "rewards"
 WEIGHTS_METADATA_KEY = "collapse_doctor.weights"
+UNCHECKED_ADVANTAGE = "advantage_with_kl"
+"""Where a writer keeps advantages that no estimator can recompute from the rows (TRL RLOOTrainer's KL penalty in
+the reward): kept for the user, never read as ``advantage``, and a scan says why it compares none."""
 ALGO_METADATA_KEY = "collapse_doctor.retrain.algo"
 """The aggregation or estimator the writer trained with (``CollapseDoctorCallback``, ``retrain``), in a Parquet
 file's key-value metadata: :func:`metadata_algorithm`."""

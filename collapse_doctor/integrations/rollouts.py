@@ -40,9 +40,6 @@ from collapse_doctor.pipeline.scan import reduction_of
 ROLLOUTS_DIR = "rollouts"
 TENSORBOARD_DIR = "tensorboard"
 SCALAR_PREFIX = "collapse_doctor/"
-UNCHECKED_ADVANTAGE = "advantage_with_kl"
-"""Where advantages go that no estimator can recompute from the rows (a KL penalty in the reward): kept, not
-compared (the reader takes only ``advantage``)."""
 _PART = re.compile(r"part-(\d+)-(\d+)\.parquet$")
 
 

@@ -53,9 +53,10 @@ from transformers import TrainerCallback  # type: ignore[import-untyped,unused-i
 from collapse_doctor.core.errors import UsageError
 from collapse_doctor.core.findings import VERDICTS, Finding, check_fail_on, severity_counts
 from collapse_doctor.core.result import signal_sentence
+from collapse_doctor.core.schema import UNCHECKED_ADVANTAGE
 from collapse_doctor.core.text_safety import printable
 from collapse_doctor.integrations.live import LiveDiagnosis
-from collapse_doctor.integrations.rollouts import UNCHECKED_ADVANTAGE, RolloutMonitor, StepExtras, StepRecord
+from collapse_doctor.integrations.rollouts import RolloutMonitor, StepExtras, StepRecord
 
 if TYPE_CHECKING:
     from collapse_doctor.core.config import Config

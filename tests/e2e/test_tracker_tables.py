@@ -111,6 +111,7 @@ def test_callback_rollouts_wandb_tables_and_the_trackio_table_give_one_answer(rl
 
 def test_rloo_with_a_kl_penalty_is_not_compared_and_raises_no_false_alarm(rloo_kl: Path) -> None:
     _, callback, _ = scan_json(rloo_kl / "train")
+    assert len([w for w in callback["run"]["warnings"] if "KL penalty" in w]) == 1  # the callback's rollouts say why
     for path in (wandb_dir(rloo_kl), trackio_db(rloo_kl)):
         code, data, _ = scan_json(path)
         assert code == 0

@@ -42,6 +42,7 @@ from collapse_doctor.core.schema import (
     COMPLETION_LENGTH,
     GROUND_TRUTH_METADATA_KEY,
     GROUP_ID,
+    UNCHECKED_ADVANTAGE,
     ColumnMap,
     RewardColumn,
     RolloutBatch,
@@ -423,6 +424,12 @@ class ParquetRun:
         for handle in self._handles[1:]:
             later.update(n for n in handle.schema_arrow.names if n not in known and discover_reward_name(n))
         self.notes.later_reward_columns = dict(later)
+        if UNCHECKED_ADVANTAGE in first.names and self.columns.advantage is None:
+            self.notes.source_notes.append(
+                f"the rollouts keep the trainer's advantages as {UNCHECKED_ADVANTAGE!r}: they include a KL penalty the "
+                "rows do not carry (TRL RLOOTrainer with beta != 0, through CollapseDoctorCallback), so they are not "
+                "compared (CD202 skipped); with beta=0 they are"
+            )
         seen: dict[tuple[int, int, int], int] = {}
         for index, handle in enumerate(self._handles):
             meta = handle.metadata

@@ -172,6 +172,8 @@ def test_rloo_with_a_kl_penalty_is_not_checked_and_not_flagged(tmp_path: Path) -
     assert "CD202" in scanned.skipped
     # nothing to fingerprint: the run is RLOO as the callback declared it in the rollouts' metadata
     assert scanned.run.algorithm == "rloo" and "metadata" in scanned.run.algorithm_source
+    said_by_scan = [w for w in scanned.run.warnings if "advantage_with_kl" in w]
+    assert len(said_by_scan) == 1 and "not compared" in said_by_scan[0]
     said = [line for line in run.printed if "beta=0.05" in line]
     assert len(said) == 1 and "advantage_with_kl" in said[0] and "not checked" in said[0]
     live = run.callback.diagnosis
