@@ -27,6 +27,7 @@ import platform
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -56,6 +57,9 @@ def timed(command: list[str], env: dict[str, str] | None = None) -> tuple[float,
 def verdicts(stdout: str) -> list[str]:
     document = json.loads(stdout)
     return [r["verdict"] for r in document.get("runs", [document])]
+
+
+CURRENT_CLUSTER = Path(tempfile.gettempdir()) / "ray" / "ray_current_cluster"
 
 
 class Cluster:
@@ -90,6 +94,9 @@ class Cluster:
             self._process.kill()
             self._process.wait()
         self._log.close()
+        # `ray start` records its address in /tmp/ray/ray_current_cluster and, ended by its process id, leaves it:
+        # a later `ray.init()` without an address would then try to join the cluster that is gone
+        CURRENT_CLUSTER.unlink(missing_ok=True)
 
 
 def shard_cost(path: Path, workers: int) -> dict[str, float]:

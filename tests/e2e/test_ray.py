@@ -39,7 +39,14 @@ def invoke(args: list[str]) -> Any:
 
 @pytest.fixture(scope="module", autouse=True)
 def local_ray() -> Any:
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, object_store_memory=200 * 1024 * 1024)
+    # a new local instance even where a `ray start` left /tmp/ray/ray_current_cluster behind (a benchmark, a crash)
+    ray.init(
+        address="local",
+        num_cpus=2,
+        include_dashboard=False,
+        log_to_driver=False,
+        object_store_memory=200 * 1024 * 1024,
+    )
     yield
     ray.shutdown()
 

@@ -28,7 +28,14 @@ runner = CliRunner()
 def bucket_run(s3_server: S3Server, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:  # noqa: F811
     local = multi_file_run(tmp_path_factory.mktemp("ray-s3"))
     url = s3_server.upload(local, s3_server.bucket("ray-runs") + "/parts")
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, object_store_memory=200 * 1024 * 1024)
+    # a new local instance even where a `ray start` left /tmp/ray/ray_current_cluster behind (a benchmark, a crash)
+    ray.init(
+        address="local",
+        num_cpus=2,
+        include_dashboard=False,
+        log_to_driver=False,
+        object_store_memory=200 * 1024 * 1024,
+    )
     try:
         yield url
     finally:
