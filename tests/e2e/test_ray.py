@@ -23,7 +23,7 @@ from typer.testing import CliRunner
 from collapse_doctor.cli.app import app, main
 from collapse_doctor.engine import reduce
 from collapse_doctor.engine.cluster import normalise_ray_flag
-from tests.helpers.ray_runs import assert_same, multi_file_run
+from tests.helpers.ray_runs import assert_same, multi_file_run, start_local_ray
 from tests.helpers.runs import simulated
 from tests.helpers.tables import make_table
 
@@ -39,14 +39,7 @@ def invoke(args: list[str]) -> Any:
 
 @pytest.fixture(scope="module", autouse=True)
 def local_ray() -> Any:
-    # a new local instance even where a `ray start` left /tmp/ray/ray_current_cluster behind (a benchmark, a crash)
-    ray.init(
-        address="local",
-        num_cpus=2,
-        include_dashboard=False,
-        log_to_driver=False,
-        object_store_memory=200 * 1024 * 1024,
-    )
+    start_local_ray()
     yield
     ray.shutdown()
 

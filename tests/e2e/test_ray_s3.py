@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 from collapse_doctor.cli.app import app
 from collapse_doctor.engine import reduce
-from tests.helpers.ray_runs import multi_file_run
+from tests.helpers.ray_runs import multi_file_run, start_local_ray
 from tests.helpers.s3 import S3Server, s3_server  # noqa: F401  (the session fixture)
 
 ray = pytest.importorskip("ray", reason="the ray extra is not installed (pip install 'collapse-doctor[ray]')")
@@ -28,14 +28,7 @@ runner = CliRunner()
 def bucket_run(s3_server: S3Server, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:  # noqa: F811
     local = multi_file_run(tmp_path_factory.mktemp("ray-s3"))
     url = s3_server.upload(local, s3_server.bucket("ray-runs") + "/parts")
-    # a new local instance even where a `ray start` left /tmp/ray/ray_current_cluster behind (a benchmark, a crash)
-    ray.init(
-        address="local",
-        num_cpus=2,
-        include_dashboard=False,
-        log_to_driver=False,
-        object_store_memory=200 * 1024 * 1024,
-    )
+    start_local_ray()
     try:
         yield url
     finally:

@@ -14,6 +14,21 @@ import pytest
 from tests.helpers.runs import _trl_advantage, dominant_run
 
 
+def start_local_ray() -> None:
+    """A Ray instance of 2 CPUs for this test process: always a new local one (``address="local"``, as ``--ray``
+    without an address starts), even where a ``ray start`` left /tmp/ray/ray_current_cluster behind (a benchmark,
+    a crash); ``ray.shutdown()`` ends it."""
+    import ray
+
+    ray.init(
+        address="local",
+        num_cpus=2,
+        include_dashboard=False,
+        log_to_driver=False,
+        object_store_memory=200 * 1024 * 1024,
+    )
+
+
 def assert_same(local: Any, on_ray: Any, where: str = "") -> None:
     """Equal, numbers within 1e-6 (relative and absolute): a statistic of a step is computed over the same rows,
     but torch may sum a longer chunk's tensors in another order; everything else (codes, severities, onsets,
